@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Installs everything the test suite needs on a fresh Debian machine (run as root):
+# libibverbs headers for the profiler's verbs path, iproute2 for network-namespace tests,
+# this project with its test extras (TensorFlow 2.18.1 CPU), legacy Keras (no deps, so it does
+# not pull the GPU TensorFlow wheel), and Horovod 0.28.1 built from source with Gloo.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+need_apt=()
+[ -f /usr/include/infiniband/verbs.h ] || need_apt+=(libibverbs-dev)
+command -v ip >/dev/null || need_apt+=(iproute2)
+if [ ${#need_apt[@]} -gt 0 ]; then
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_apt[@]}" >/dev/null
+fi
+python -m pip install -q -e '.[test,nvml]'
+python -m pip install -q --no-deps 'tf_keras==2.18.0'
+if ! python -c 'import horovod.tensorflow' 2>/dev/null; then
+  # pip caches the built wheel, so only the first install on a machine takes ~8 minutes.
+  HOROVOD_WITH_TENSORFLOW=1 HOROVOD_WITH_GLOO=1 HOROVOD_WITHOUT_MPI=1 \
+  HOROVOD_WITHOUT_PYTORCH=1 HOROVOD_WITHOUT_MXNET=1 \
+    python -m pip install -q --no-build-isolation 'horovod==0.28.1'
+fi
