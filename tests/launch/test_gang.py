@@ -1,0 +1,97 @@
+"""gang.plan: roles, GPUs, TF_CONFIG and Horovod env for every gang shape."""
+
+from __future__ import annotations
+
+import itertools
+import json
+
+import pytest
+
+from tiresias_launch.gang import GangRequest, plan
+
+
+def _ports():
+    counter = itertools.count(20000)
+    return lambda node: next(counter)
+
+
+def _plan(request: GangRequest, placement: dict[str, list[int]]):
+    return plan(request, "j7", placement, "tcp://c:1", "/ck", 2, _ports(), python="py")
+
+
+def test_single_runs_script_through_wrapper_on_its_gpu() -> None:
+    [p] = _plan(GangRequest(("train.py", "--lr", "1")), {"n1": [3]})
+    assert p.argv == ("py", "-m", "tiresias_launch.exec", "train.py", "--lr", "1")
+    assert (p.role, p.task_index, p.gpus) == ("chief", 0, (3,))
+    assert p.env["CUDA_VISIBLE_DEVICES"] == "3"
+    assert p.env["TIRESIAS_CHECKPOINT_DIR"] == "/ck/j7"
+    assert p.env["TIRESIAS_RESTART_COUNT"] == "2"
+    assert p.env["TIRESIAS_MODE"] == "single"
+    assert "TF_CONFIG" not in p.env
+
+
+def test_parameter_server_gang_has_gpuless_chief_and_servers() -> None:
+    specs = _plan(GangRequest(("t.py",), workers=4, ps=2), {"b": [0, 1], "a": [5, 6]})
+    roles = [(p.role, p.task_index, p.node, p.gpus) for p in specs]
+    assert roles == [
+        ("chief", 0, "a", ()),
+        ("ps", 0, "a", ()),
+        ("ps", 1, "b", ()),
+        ("worker", 0, "a", (5,)),
+        ("worker", 1, "a", (6,)),
+        ("worker", 2, "b", (0,)),
+        ("worker", 3, "b", (1,)),
+    ]
+    configs = [json.loads(p.env["TF_CONFIG"]) for p in specs]
+    cluster = configs[0]["cluster"]
+    assert all(c["cluster"] == cluster for c in configs)
+    addresses = [a for task in cluster.values() for a in task]
+    assert len(set(addresses)) == 7
+    assert [c["task"] for c in configs[:2]] == [
+        {"type": "chief", "index": 0},
+        {"type": "ps", "index": 0},
+    ]
+    assert all(p.argv[2] == "tiresias_launch.server" for p in specs[1:])
+    assert specs[0].argv[2] == "tiresias_launch.exec"
+
+
+def test_allreduce_worker_zero_is_chief() -> None:
+    specs = _plan(GangRequest(("t.py",), workers=2), {"a": [0, 1]})
+    assert [(p.role, p.task_index) for p in specs] == [("chief", 0), ("worker", 1)]
+    tasks = [json.loads(p.env["TF_CONFIG"])["task"] for p in specs]
+    assert tasks == [{"type": "worker", "index": 0}, {"type": "worker", "index": 1}]
+    assert {p.env["TIRESIAS_MODE"] for p in specs} == {"allreduce"}
+
+
+def test_horovod_ranks_match_gloo_run_layout() -> None:
+    specs = plan(
+        GangRequest(("t.py",), workers=3, horovod=True),
+        "j",
+        {"a": [0, 1], "b": [4]},
+        None,
+        "/ck",
+        0,
+        _ports(),
+        hosts={"a": "10.0.0.1", "b": "10.0.0.2"},
+    )
+    env = [p.env for p in specs]
+    assert [e["HOROVOD_RANK"] for e in env] == ["0", "1", "2"]
+    assert [e["HOROVOD_LOCAL_RANK"] for e in env] == ["0", "1", "0"]
+    assert [e["HOROVOD_CROSS_RANK"] for e in env] == ["0", "0", "1"]
+    assert [e["HOROVOD_CROSS_SIZE"] for e in env] == ["2", "1", "2"]
+    assert {e["HOROVOD_GLOO_RENDEZVOUS_ADDR"] for e in env} == {"10.0.0.1"}
+    assert len({e["HOROVOD_GLOO_RENDEZVOUS_PORT"] for e in env}) == 1
+    assert env[0]["TIRESIAS_HOROVOD_HOSTS"] == "10.0.0.1:2,10.0.0.2:1"
+    assert "TIRESIAS_COORDINATOR" not in env[0]
+
+
+def test_placement_must_match_request() -> None:
+    with pytest.raises(ValueError, match="1 GPUs but the request asks for 2"):
+        _plan(GangRequest(("t.py",), workers=2), {"a": [0]})
+
+
+def test_inconsistent_request_is_refused() -> None:
+    with pytest.raises(ValueError, match="exclusive"):
+        GangRequest(("t.py",), workers=2, ps=1, horovod=True)
+    with pytest.raises(ValueError, match="at least one worker"):
+        GangRequest(("t.py",), workers=0)

@@ -1,0 +1,219 @@
+"""Gang planning: turn a job request and its GPU allocation into the exact processes to spawn.
+
+The planner decides everything (roles, TF_CONFIG, ports, Horovod rendezvous) so that node
+agents only spawn what they are given. Scripts always start through
+``python -m tiresias_launch.exec`` so that unmodified Keras scripts become preemptible and
+Horovod rank 0 can host the Gloo rendezvous before the script runs.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tiresias_launch import env as E
+
+
+@dataclass(frozen=True)
+class GangRequest:
+    """What ``tiresias-run --workers N [--ps M] [--horovod] script.py args…`` asks for."""
+
+    argv: tuple[str, ...]  # script path, then its arguments
+    workers: int = 1
+    ps: int = 0
+    horovod: bool = False
+
+    def __post_init__(self) -> None:
+        if not self.argv:
+            raise ValueError("GangRequest.argv must name a script")
+        if self.workers < 1:
+            raise ValueError(f"workers={self.workers}: a job needs at least one worker")
+        if self.ps < 0:
+            raise ValueError(f"ps={self.ps}: must be >= 0")
+        if self.ps and self.horovod:
+            raise ValueError("--ps and --horovod are exclusive (Horovod is all-reduce)")
+
+    @property
+    def mode(self) -> str:
+        if self.horovod:
+            return "horovod"
+        if self.ps:
+            return "ps"
+        return "allreduce" if self.workers > 1 else "single"
+
+
+@dataclass(frozen=True)
+class ProcessSpec:
+    """One process to spawn on ``node``: run ``argv`` with ``env`` layered over the agent's."""
+
+    node: str
+    role: str  # chief | worker | ps
+    task_index: int
+    argv: tuple[str, ...]
+    env: Mapping[str, str] = field(default_factory=dict)
+    gpus: tuple[int, ...] = ()
+
+
+PortSource = Callable[[str], int]
+
+
+def free_local_port(_node: str = "localhost") -> int:
+    """A port the OS says is free right now on this machine (tests, single-node setups)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def plan(
+    request: GangRequest,
+    job_id: str,
+    placement: Mapping[str, Sequence[int]],
+    coordinator: str | None,
+    checkpoint_root: str | Path,
+    restart: int,
+    ports: PortSource,
+    *,
+    hosts: Mapping[str, str] | None = None,
+    python: str = sys.executable,
+) -> list[ProcessSpec]:
+    """Processes for one (re)start of ``job_id``, chief first.
+
+    ``placement`` maps node name → GPU indices (``Allocation.to_wire()``) and must hold exactly
+    ``request.workers`` GPUs; ``ports(node)`` returns a free TCP port on ``node``;
+    ``hosts`` maps node name → address peers use (default: the node name).
+    """
+    slots = [(node, gpu) for node in sorted(placement) for gpu in placement[node]]
+    if len(slots) != request.workers:
+        raise ValueError(
+            f"placement has {len(slots)} GPUs but the request asks for {request.workers} workers"
+        )
+    if restart < 0:
+        raise ValueError(f"restart={restart}: must be >= 0")
+    hosts = hosts or {}
+    base = {
+        E.JOB_ID: job_id,
+        E.MODE: request.mode,
+        E.NUM_WORKERS: str(request.workers),
+        E.NUM_PS: str(request.ps),
+        E.CHECKPOINT_DIR: str(Path(checkpoint_root) / job_id),
+        E.RESTART_COUNT: str(restart),
+        "PYTHONUNBUFFERED": "1",
+    }
+    if coordinator:
+        base[E.COORDINATOR] = coordinator
+    script = (python, "-m", "tiresias_launch.exec", *request.argv)
+    server = (python, "-m", "tiresias_launch.server")
+
+    def spec(
+        node: str,
+        role: str,
+        index: int,
+        argv: tuple[str, ...],
+        gpus: tuple[int, ...],
+        extra: Mapping[str, str],
+    ) -> ProcessSpec:
+        env = {
+            **base,
+            E.ROLE: role,
+            E.TASK_INDEX: str(index),
+            E.GPUS: str(len(gpus)),
+            "CUDA_VISIBLE_DEVICES": ",".join(map(str, gpus)),
+            **extra,
+        }
+        return ProcessSpec(node, role, index, argv, env, gpus)
+
+    def address(node: str) -> str:
+        return f"{hosts.get(node, node)}:{ports(node)}"
+
+    if request.mode == "single":
+        node, gpu = slots[0]
+        return [spec(node, "chief", 0, script, (gpu,), {})]
+
+    if request.mode == "horovod":
+        return _horovod(request, slots, hosts, ports, spec, script)
+
+    if request.mode == "allreduce":
+        workers = [address(node) for node, _ in slots]
+        cluster = {"worker": workers}
+        return [
+            spec(
+                node,
+                "chief" if i == 0 else "worker",
+                i,
+                script,
+                (gpu,),
+                {"TF_CONFIG": _tf_config(cluster, "worker", i)},
+            )
+            for i, (node, gpu) in enumerate(slots)
+        ]
+
+    # Parameter server: the chief (no GPU) drives training; ps and workers only serve.
+    nodes = sorted(placement)
+    chief_node = slots[0][0]
+    ps_nodes = [nodes[j % len(nodes)] for j in range(request.ps)]
+    cluster = {
+        "chief": [address(chief_node)],
+        "ps": [address(n) for n in ps_nodes],
+        "worker": [address(n) for n, _ in slots],
+    }
+    specs = [
+        spec(chief_node, "chief", 0, script, (), {"TF_CONFIG": _tf_config(cluster, "chief", 0)})
+    ]
+    specs += [
+        spec(n, "ps", j, server, (), {"TF_CONFIG": _tf_config(cluster, "ps", j)})
+        for j, n in enumerate(ps_nodes)
+    ]
+    specs += [
+        spec(n, "worker", i, server, (g,), {"TF_CONFIG": _tf_config(cluster, "worker", i)})
+        for i, (n, g) in enumerate(slots)
+    ]
+    return specs
+
+
+def _tf_config(cluster: Mapping[str, list[str]], task_type: str, index: int) -> str:
+    return json.dumps({"cluster": cluster, "task": {"type": task_type, "index": index}})
+
+
+def _horovod(
+    request: GangRequest,
+    slots: list[tuple[str, int]],
+    hosts: Mapping[str, str],
+    ports: PortSource,
+    spec: Callable[..., ProcessSpec],
+    script: tuple[str, ...],
+) -> list[ProcessSpec]:
+    """Horovod ranks with the env ``horovod.runner.gloo_run`` would give them.
+
+    Rank 0's ``tiresias_launch.exec`` hosts the Gloo HTTP rendezvous on the planned port (it
+    reads the host layout from TIRESIAS_HOROVOD_HOSTS), so no extra process is needed.
+    """
+    nodes = list(dict.fromkeys(node for node, _ in slots))
+    per_node = {n: [g for m, g in slots if m == n] for n in nodes}
+    rendezvous_node = slots[0][0]
+    common = {
+        "HOROVOD_GLOO_RENDEZVOUS_ADDR": hosts.get(rendezvous_node, rendezvous_node),
+        "HOROVOD_GLOO_RENDEZVOUS_PORT": str(ports(rendezvous_node)),
+        "HOROVOD_CONTROLLER": "gloo",
+        "HOROVOD_CPU_OPERATIONS": "gloo",
+        "HOROVOD_SIZE": str(len(slots)),
+        E.HOROVOD_HOSTS: ",".join(f"{hosts.get(n, n)}:{len(per_node[n])}" for n in nodes),
+    }
+    specs = []
+    for rank, (node, gpu) in enumerate(slots):
+        local_rank = per_node[node].index(gpu)
+        peers = [n for n in nodes if len(per_node[n]) > local_rank]  # same local rank elsewhere
+        extra = {
+            **common,
+            "HOROVOD_RANK": str(rank),
+            "HOROVOD_LOCAL_RANK": str(local_rank),
+            "HOROVOD_LOCAL_SIZE": str(len(per_node[node])),
+            "HOROVOD_CROSS_RANK": str(peers.index(node)),
+            "HOROVOD_CROSS_SIZE": str(len(peers)),
+            "HOROVOD_HOSTNAME": hosts.get(node, node),
+        }
+        specs.append(spec(node, "chief" if rank == 0 else "worker", rank, script, (gpu,), extra))
+    return specs
