@@ -28,3 +28,385 @@ Semantics:
 - A pass costs O(jobs it looks at until the cluster is full), not O(all jobs ever seen):
   finished jobs leave the active structures.
 """
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+from coordinator.core.config import DEFAULT_QUEUE_THRESHOLDS, SchedulerConfig
+from coordinator.core.model import (
+    Allocation,
+    CoreError,
+    Decision,
+    ExitOutcome,
+    Job,
+    JobSpec,
+    JobState,
+    Kill,
+    Node,
+    Preempt,
+    Start,
+)
+from coordinator.core.placement import Placement, make_placement
+from coordinator.core.policies import Policy, make_policy
+
+__all__ = ["DEFAULT_QUEUE_THRESHOLDS", "Scheduler", "SchedulerConfig"]
+
+_STATE_VERSION = 1
+
+
+class Scheduler:
+    """Jobs, GPUs and one policy + placement; see the CONTRACT above.
+
+    A preemptive pass (1) walks the policy's order and selects jobs by GPU count against the
+    whole capacity, skipping those that do not fit; (2) preempts running jobs not selected;
+    (3) places the newly selected jobs, in priority order, on GPUs free *now* (a preempted
+    job's GPUs free at its exit; the pass after that starts what could not be placed). A
+    non-preemptive pass places waiting jobs in order on the free GPUs, stopping at the first
+    that cannot start when the policy blocks (YARN-CS).
+    """
+
+    def __init__(
+        self,
+        nodes: Iterable[Node] = (),
+        policy: Policy | None = None,
+        placement: Placement | None = None,
+        config: SchedulerConfig | None = None,
+    ) -> None:
+        self.config = config or SchedulerConfig()
+        self.policy = policy or make_policy("tiresias-l")
+        self.placement = placement or make_placement("consolidate")
+        self.policy.bind(self.config)
+        self._clock: float | None = None
+        self._nodes: dict[str, Node] = {}  # every node ever seen (last description)
+        self._up: dict[str, list[int]] = {}  # free GPU indices of nodes that are up
+        self._capacity = 0  # GPUs on nodes that are up
+        self._free_total = 0  # free GPUs on nodes that are up
+        self._active: dict[str, Job] = {}  # submission order
+        self._done: dict[str, Job] = {}
+        self._running: dict[str, Job] = {}
+        self._waiting = 0
+        for node in nodes:
+            self._add_node(node)
+
+    # ---- cluster -------------------------------------------------------------------------
+
+    def _add_node(self, node: Node) -> None:
+        if node.name in self._up:
+            raise CoreError(f"node {node.name} is already up")
+        if len(set(node.gpus)) != len(node.gpus):
+            raise CoreError(f"node {node.name} lists a GPU twice: {node.gpus}")
+        self._nodes[node.name] = node
+        held = {g for j in self._active.values() if j.allocation
+                for n, gs in j.allocation.gpus if n == node.name for g in gs}
+        self._up[node.name] = sorted(set(node.gpus) - held)
+        self._capacity += len(node.gpus)
+        self._free_total += len(self._up[node.name])
+
+    def node_up(self, node: Node, now: float) -> None:
+        self._advance(now)
+        self._add_node(node)
+
+    def node_down(self, name: str, now: float) -> list[str]:
+        """Forget the node's GPUs. Jobs with GPUs on it stop accruing service now
+        (PREEMPTING); their GPUs elsewhere stay busy until the shell, having stopped the
+        survivors, reports ``exited(…, LOST)``. Returns those jobs' ids."""
+        self._advance(now)
+        if name not in self._up:
+            raise CoreError(f"node {name} is not up")
+        self._free_total -= len(self._up.pop(name))
+        self._capacity -= len(self._nodes[name].gpus)
+        lost = [j for j in self._active.values()
+                if j.allocation is not None and name in j.allocation.nodes]
+        for job in lost:
+            if job.state is JobState.RUNNING:
+                self._stop(job, now)
+        return [j.job_id for j in lost]
+
+    @property
+    def capacity(self) -> int:
+        """GPUs on the nodes that are up."""
+        return self._capacity
+
+    def free_gpus(self) -> dict[str, tuple[int, ...]]:
+        """Free GPU indices per node that is up (a copy)."""
+        return {n: tuple(g) for n, g in self._up.items()}
+
+    def _take(self, choice: dict[str, int]) -> Allocation:
+        by_node = {}
+        for n, k in choice.items():
+            free = self._up[n]
+            by_node[n] = free[:k]
+            del free[:k]
+        self._free_total -= sum(choice.values())
+        return Allocation.of(by_node)
+
+    def _release(self, alloc: Allocation) -> None:
+        for n, gs in alloc.gpus:
+            free = self._up.get(n)
+            if free is not None:  # a node that went down took its GPUs with it
+                free.extend(gs)
+                free.sort()
+                self._free_total += len(gs)
+
+    # ---- job events ----------------------------------------------------------------------
+
+    def _advance(self, now: float) -> None:
+        if self._clock is not None and now < self._clock:
+            raise CoreError(f"time went backwards: {now} < {self._clock}")
+        self._clock = now
+        self.policy.refresh(now)
+
+    def _get(self, job_id: str) -> Job:
+        job = self._active.get(job_id) or self._done.get(job_id)
+        if job is None:
+            raise CoreError(f"unknown job {job_id}")
+        return job
+
+    def submit(self, spec: JobSpec, now: float) -> Job:
+        self._advance(now)
+        if spec.job_id in self._active or spec.job_id in self._done:
+            raise CoreError(f"duplicate job id {spec.job_id}")
+        if spec.gpus < 1:
+            raise CoreError(f"job {spec.job_id} asks for {spec.gpus} GPUs; needs at least 1")
+        total = sum(len(n.gpus) for n in self._nodes.values())
+        if self.config.reject_oversized and spec.gpus > total:
+            raise CoreError(
+                f"job {spec.job_id} asks for {spec.gpus} GPUs but the cluster has {total}")
+        self.policy.validate(spec)
+        job = Job(spec=spec, wait_since=now)
+        self._active[spec.job_id] = job
+        self._waiting += 1
+        self.policy.changed(job, now)
+        return job
+
+    def _stop(self, job: Job, now: float) -> None:
+        """Stop accruing service (RUNNING → PREEMPTING); GPUs stay taken until exit."""
+        assert job.last_start is not None
+        ran = now - job.last_start
+        job.executed += ran
+        job.total_executed += ran
+        job.last_start = None
+        job.state = JobState.PREEMPTING
+        job.wait_since = now
+        del self._running[job.job_id]
+        self.policy.changed(job, now)
+
+    def exited(self, job_id: str, now: float, outcome: ExitOutcome) -> None:
+        self._advance(now)
+        job = self._get(job_id)
+        if job.state not in (JobState.RUNNING, JobState.PREEMPTING):
+            raise CoreError(f"job {job_id} is {job.state}, not running: cannot exit")
+        if job.state is JobState.RUNNING:
+            self._stop(job, now)
+        assert job.allocation is not None
+        self._release(job.allocation)
+        job.allocation = None
+        outcome = ExitOutcome(outcome)
+        if outcome is ExitOutcome.COMPLETED:
+            self._finish(job, JobState.COMPLETED, now)
+        elif outcome is ExitOutcome.FAILED:
+            self._finish(job, JobState.FAILED, now)
+        elif job.cancel_requested:
+            self._finish(job, JobState.CANCELLED, now)
+        else:
+            job.restarts += 1
+            job.state = JobState.WAITING
+            self._waiting += 1
+            self.policy.changed(job, now)
+
+    def _finish(self, job: Job, state: JobState, now: float) -> None:
+        if job.state is JobState.WAITING:
+            self._waiting -= 1
+        job.state = state
+        job.finish = now
+        job.wait_since = None
+        self.policy.remove(job)
+        del self._active[job.job_id]
+        self._done[job.job_id] = job
+        self.policy.finished(job)
+
+    def cancel(self, job_id: str, now: float) -> list[Decision]:
+        """[] for a waiting (now CANCELLED) or finished job; [Kill] while processes run: the
+        job becomes CANCELLED when they have exited."""
+        self._advance(now)
+        job = self._get(job_id)
+        if job.state.finished:
+            return []
+        if job.state is JobState.WAITING:
+            self._finish(job, JobState.CANCELLED, now)
+            return []
+        job.cancel_requested = True
+        if job.state is JobState.RUNNING:
+            self._stop(job, now)
+        return [Kill(job_id)]
+
+    def update_skew(self, job_id: str, skew: float | None) -> None:
+        job = self._get(job_id)
+        job.spec = dataclasses.replace(job.spec, skew=skew)
+
+    # ---- scheduling ----------------------------------------------------------------------
+
+    def schedule(self, now: float) -> list[Decision]:
+        self._advance(now)
+        if self.policy.preemptive:
+            return self._preemptive_pass(now)
+        return self._fifo_pass(now)
+
+    def _preemptive_pass(self, now: float) -> list[Decision]:
+        decisions: list[Decision] = []
+        if not self._waiting:  # nothing to start, nobody to make room for
+            return decisions
+        budget = self._capacity
+        keep: set[str] = set()
+        chosen: list[Job] = []
+        for job in self.policy.order(now):
+            if job.gpus <= budget:
+                budget -= job.gpus
+                if job.state is JobState.RUNNING:
+                    keep.add(job.job_id)
+                else:
+                    chosen.append(job)
+                if budget == 0:
+                    break
+        for job in [j for j in self._running.values() if j.job_id not in keep]:
+            job.preemptions += 1
+            self._stop(job, now)
+            decisions.append(Preempt(job.job_id))
+        for job in chosen:
+            start = self._try_start(job, now)
+            if start is not None:
+                decisions.append(start)
+        return decisions
+
+    def _fifo_pass(self, now: float) -> list[Decision]:
+        decisions: list[Decision] = []
+        if not self._waiting:
+            return decisions
+        for job in list(self.policy.order(now)):
+            if self._free_total == 0:
+                break
+            start = self._try_start(job, now)
+            if start is not None:
+                decisions.append(start)
+            elif self.policy.blocking:
+                break
+        return decisions
+
+    def _try_start(self, job: Job, now: float) -> Start | None:
+        if job.gpus > self._free_total:
+            return None
+        free = {n: len(g) for n, g in self._up.items() if g}
+        choice = self.placement.choose(job, free, self._nodes)
+        if choice is None:
+            return None
+        if sum(choice.values()) != job.gpus or any(
+                k < 1 or k > free.get(n, 0) for n, k in choice.items()):
+            raise CoreError(f"placement {self.placement.name} returned {choice} "
+                            f"for job {job.job_id} ({job.gpus} GPUs)")
+        job.allocation = self._take(choice)
+        job.state = JobState.RUNNING
+        job.last_start = now
+        if job.first_start is None:
+            job.first_start = now
+        job.wait_since = None
+        self._waiting -= 1
+        self._running[job.job_id] = job
+        self.policy.changed(job, now)
+        return Start(job.job_id, job.allocation)
+
+    def next_wakeup(self, now: float) -> float | None:
+        times = []
+        t = self.policy.next_wakeup(now)
+        if t is not None:
+            times.append(t)
+        if self.config.interval > 0 and self._waiting:
+            step = self.config.interval
+            k = math.floor(now / step) + 1
+            times.append(k * step if k * step > now else (k + 1) * step)
+        return min(times, default=None)
+
+    # ---- queries -------------------------------------------------------------------------
+
+    def job(self, job_id: str) -> Job:
+        return self._get(job_id)
+
+    def jobs(self) -> Iterator[Job]:
+        """Active jobs (submission order), then finished ones (finish order)."""
+        yield from self._active.values()
+        yield from self._done.values()
+
+    def running(self) -> list[Job]:
+        return list(self._running.values())
+
+    # ---- persistence ---------------------------------------------------------------------
+
+    def export_state(self) -> dict[str, Any]:
+        """JSON/msgpack-able snapshot; ``from_state`` rebuilds an equivalent scheduler."""
+        return {
+            "version": _STATE_VERSION,
+            "config": self.config.to_dict(),
+            "clock": self._clock,
+            "nodes": [{"name": n.name, "gpus": list(n.gpus), "switch": n.switch,
+                       "up": n.name in self._up} for n in self._nodes.values()],
+            "jobs": [_job_to_dict(j) for j in self.jobs()],
+            "done": len(self._done),
+            "running": list(self._running),  # start order: the order of Preempt decisions
+            "policy": self.policy.export_state(),
+        }
+
+    @classmethod
+    def from_state(cls, state: dict[str, Any], policy: Policy | None = None,
+                   placement: Placement | None = None) -> Scheduler:
+        if state.get("version") != _STATE_VERSION:
+            raise CoreError(f"unsupported scheduler state version {state.get('version')}")
+        sched = cls((), policy, placement, SchedulerConfig.from_dict(state["config"]))
+        sched.policy.load_state(state["policy"])
+        jobs = [_job_from_dict(d) for d in state["jobs"]]
+        n_active = len(jobs) - state["done"]
+        for job in jobs[n_active:]:
+            sched._done[job.job_id] = job
+        for job in jobs[:n_active]:
+            sched._active[job.job_id] = job
+            sched._waiting += job.state is JobState.WAITING
+        for job_id in state["running"]:
+            sched._running[job_id] = sched._active[job_id]
+        for d in state["nodes"]:
+            node = Node(d["name"], tuple(d["gpus"]), d["switch"])
+            if d["up"]:
+                sched._add_node(node)
+            else:
+                sched._nodes[node.name] = node
+        clock = state["clock"]
+        for job in jobs[:n_active]:
+            sched.policy.changed(job, clock if clock is not None else 0.0)
+        sched._clock = clock
+        return sched
+
+
+_SPEC_FIELDS = [f.name for f in dataclasses.fields(JobSpec)]
+_JOB_SCALARS = ["executed", "total_executed", "first_start", "last_start", "wait_since",
+                "queue", "preemptions", "promotions", "restarts", "finish", "cancel_requested"]
+
+
+def _job_to_dict(job: Job) -> dict[str, Any]:
+    d: dict[str, Any] = {f: getattr(job.spec, f) for f in _SPEC_FIELDS}
+    d.update({f: getattr(job, f) for f in _JOB_SCALARS})
+    d["state"] = job.state.value
+    d["allocation"] = None if job.allocation is None else [
+        [n, list(g)] for n, g in job.allocation.gpus]
+    d["extra"] = dict(job.extra)
+    return d
+
+
+def _job_from_dict(d: dict[str, Any]) -> Job:
+    job = Job(spec=JobSpec(**{f: d[f] for f in _SPEC_FIELDS}), state=JobState(d["state"]))
+    for f in _JOB_SCALARS:
+        setattr(job, f, d[f])
+    if d["allocation"] is not None:
+        job.allocation = Allocation(tuple((n, tuple(g)) for n, g in d["allocation"]))
+    job.extra = dict(d["extra"])
+    return job

@@ -1,0 +1,60 @@
+"""Scheduler configuration shared by the scheduler and the policies."""
+
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass
+
+from coordinator.core.model import CoreError
+
+#: Default Q_1^hi in GPU-seconds (K = 2): one GPU-hour. The paper's evaluation found Tiresias
+#: insensitive to the exact value over a wide range; a GPU-hour separates the many short
+#: (debugging, tuning) jobs from long training runs in the Philly and paper traces.
+DEFAULT_QUEUE_THRESHOLDS: tuple[float, ...] = (3600.0,)
+
+
+@dataclass(frozen=True)
+class SchedulerConfig:
+    """``queue_thresholds``: Q_1^hi < … < Q_{K-1}^hi in GPU-seconds of attained service (K =
+    len + 1 queues). ``promote_knob``: PROMOTEKNOB (∞ disables starvation promotion).
+    ``interval``: also re-evaluate every ``interval`` seconds while jobs wait (0 = only at
+    events and policy wakeups). ``reject_oversized``: refuse jobs larger than every GPU the
+    cluster has ever had."""
+
+    queue_thresholds: tuple[float, ...] = DEFAULT_QUEUE_THRESHOLDS
+    promote_knob: float = math.inf
+    interval: float = 0.0
+    reject_oversized: bool = True
+
+    def __post_init__(self) -> None:
+        q = tuple(float(x) for x in self.queue_thresholds)
+        object.__setattr__(self, "queue_thresholds", q)
+        if any(not 0 < x < math.inf for x in q) or any(a >= b for a, b in itertools.pairwise(q)):
+            raise CoreError(f"queue_thresholds must be positive and increasing, got {q}")
+        if not self.promote_knob > 0:
+            raise CoreError(f"promote_knob must be > 0 (inf disables), got {self.promote_knob}")
+        if not (self.interval >= 0 and math.isfinite(self.interval)):
+            raise CoreError(f"interval must be a finite number >= 0, got {self.interval}")
+
+    @property
+    def queues(self) -> int:
+        return len(self.queue_thresholds) + 1
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "queue_thresholds": list(self.queue_thresholds),
+            "promote_knob": None if math.isinf(self.promote_knob) else self.promote_knob,
+            "interval": self.interval,
+            "reject_oversized": self.reject_oversized,
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, object]) -> SchedulerConfig:
+        knob = d.get("promote_knob")
+        return cls(
+            queue_thresholds=tuple(d["queue_thresholds"]),  # type: ignore[arg-type]
+            promote_knob=math.inf if knob is None else float(knob),  # type: ignore[arg-type]
+            interval=float(d["interval"]),  # type: ignore[arg-type]
+            reject_oversized=bool(d["reject_oversized"]),
+        )

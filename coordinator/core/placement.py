@@ -1,0 +1,147 @@
+"""Placement plug-ins: turn a job's GPU count into a GPU count per node (paper §3.3).
+
+A placement sees only free GPU counts of the nodes that are up (``free``: node → free GPUs)
+and the node descriptions (size, switch); the scheduler picks the concrete GPU indices.
+Returning ``None`` means "not now": the job waits (all-or-nothing). Ties break by node name,
+so placement is deterministic.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Mapping
+from typing import ClassVar
+
+from coordinator.core.model import CoreError, Job, Node
+
+#: Default PACKLIMIT for ``skew`` until the service has learned one from history. Skew is the
+#: busiest parameter server's share of traffic; 0.5 means "one server carries half of it",
+#: which the paper's skewed models (VGG, AlexNet: one large FC tensor) exceed and balanced
+#: models (ResNet, Inception) do not.
+DEFAULT_PACKLIMIT = 0.5
+
+Choice = dict[str, int]
+
+
+class Placement(ABC):
+    name: ClassVar[str]
+
+    @abstractmethod
+    def choose(self, job: Job, free: Mapping[str, int], nodes: Mapping[str, Node]) -> Choice | None:
+        """GPUs to take per node (summing to ``job.gpus``), or None to wait."""
+
+
+def _fewest_nodes(w: int, free: Mapping[str, int]) -> Choice | None:
+    """Fewest nodes (largest free first), the last piece on the best-fitting node so the
+    remaining free GPUs stay in as few fragments as possible."""
+    items = sorted(((-f, n) for n, f in free.items() if f > 0))
+    if sum(-f for f, _ in items) < w:
+        return None
+    pick: Choice = {}
+    rem = w
+    for k, (negf, name) in enumerate(items):
+        fits = [(-f2, n2) for f2, n2 in items[k:] if -f2 >= rem]
+        if fits:
+            pick[min(fits)[1]] = rem
+            return pick
+        pick[name] = -negf
+        rem += negf
+    return None  # unreachable: the sum check guarantees a fit
+
+
+def _by_switch(
+    w: int, free: Mapping[str, int], nodes: Mapping[str, Node]
+) -> Choice | None:
+    """``_fewest_nodes`` inside one switch when any switch can hold the job (cross-switch
+    traffic is the slowest), else across the whole cluster."""
+    groups: dict[str, dict[str, int]] = {}
+    for n, f in free.items():
+        sw = nodes[n].switch
+        if sw is not None:
+            groups.setdefault(sw, {})[n] = f
+    best: tuple[int, str, Choice] | None = None
+    for sw in sorted(groups):
+        pick = _fewest_nodes(w, groups[sw])
+        if pick is not None and (best is None or len(pick) < best[0]):
+            best = (len(pick), sw, pick)
+    if best is not None:
+        return best[2]
+    return _fewest_nodes(w, free)
+
+
+class Consolidate(Placement):
+    """Fewest nodes, then least fragmentation (best fit); one switch when possible."""
+
+    name = "consolidate"
+
+    def choose(self, job: Job, free: Mapping[str, int], nodes: Mapping[str, Node]) -> Choice | None:
+        w = job.gpus
+        single = [(f, n) for n, f in free.items() if f >= w]
+        if single:
+            return {min(single)[1]: w}
+        return _by_switch(w, free, nodes)
+
+
+class Spread(Placement):
+    """Least fragmentation: fill the nodes with the fewest free GPUs first, keeping large free
+    blocks intact for jobs that need consolidation."""
+
+    name = "spread"
+
+    def choose(self, job: Job, free: Mapping[str, int], nodes: Mapping[str, Node]) -> Choice | None:
+        pick: Choice = {}
+        rem = job.gpus
+        for f, n in sorted((f, n) for n, f in free.items() if f > 0):
+            take = min(f, rem)
+            pick[n] = take
+            rem -= take
+            if rem == 0:
+                return pick
+        return None
+
+
+class YarnStrict(Placement):
+    """YARN-CS strict consolidation: a job that fits in one node runs on one node; a larger job
+    takes only completely free nodes. Otherwise it waits."""
+
+    name = "yarn"
+
+    def choose(self, job: Job, free: Mapping[str, int], nodes: Mapping[str, Node]) -> Choice | None:
+        w = job.gpus
+        if w <= max((len(nodes[n].gpus) for n in free), default=0):
+            single = [(f, n) for n, f in free.items() if f >= w]
+            return {min(single)[1]: w} if single else None
+        whole = {n: f for n, f in free.items() if f == len(nodes[n].gpus)}
+        return _by_switch(w, whole, nodes)
+
+
+class SkewAware(Placement):
+    """Tiresias: consolidate a job whose skew S_J exceeds ``packlimit``, else spread. A job of
+    unknown skew (not profiled yet) is consolidated: that never slows the job itself down, and
+    its profile decides later placements."""
+
+    name = "skew"
+
+    def __init__(self, packlimit: float = DEFAULT_PACKLIMIT) -> None:
+        self.packlimit = packlimit  # the service may replace it with a learned value
+        self._consolidate = Consolidate()
+        self._spread = Spread()
+
+    def choose(self, job: Job, free: Mapping[str, int], nodes: Mapping[str, Node]) -> Choice | None:
+        skew = job.spec.skew
+        inner = self._consolidate if skew is None or skew > self.packlimit else self._spread
+        return inner.choose(job, free, nodes)
+
+
+_PLACEMENTS: dict[str, type[Placement]] = {
+    p.name: p for p in (Consolidate, Spread, YarnStrict, SkewAware)
+}
+PLACEMENT_NAMES: tuple[str, ...] = tuple(_PLACEMENTS)
+
+
+def make_placement(name: str, *, packlimit: float = DEFAULT_PACKLIMIT) -> Placement:
+    """Placement by name; ``packlimit`` is used by ``skew`` and ignored by the others, so a
+    shell can pass its configured value whatever placement is chosen."""
+    if name not in _PLACEMENTS:
+        raise CoreError(f"unknown placement {name!r}; valid: {', '.join(PLACEMENT_NAMES)}")
+    return SkewAware(packlimit) if name == "skew" else _PLACEMENTS[name]()

@@ -1,0 +1,361 @@
+"""Scheduling policies: each orders the candidate jobs (waiting, plus running ones when it is
+preemptive) by a sort key; the scheduler walks that order to select jobs.
+
+Keys end with the job id, and every key breaks ties by arrival then job id, so orders are
+deterministic. A job whose key cannot change while it stays in its state ("static") lives in
+one incrementally sorted list; jobs with time-dependent keys (typically the running ones of
+LAS/SRTF) are sorted at each pass and merged in, which costs O(running), never O(all jobs).
+"""
+
+from __future__ import annotations
+
+import bisect
+import heapq
+import math
+from abc import ABC, abstractmethod
+from collections.abc import Iterator
+from typing import Any, ClassVar
+
+from coordinator.core.config import SchedulerConfig
+from coordinator.core.gittins import GITTINS_VARIANTS, ServiceDistribution
+from coordinator.core.model import CoreError, Job, JobSpec, JobState
+
+Key = tuple[Any, ...]
+
+
+class Policy(ABC):
+    """Orders jobs. ``preemptive``: running jobs compete with waiting ones at every pass and
+    may lose their GPUs. ``blocking``: the first waiting job that cannot start blocks all later
+    ones (YARN-CS head-of-line blocking); otherwise jobs that do not fit are skipped."""
+
+    name: ClassVar[str]
+    preemptive: ClassVar[bool] = True
+    blocking: ClassVar[bool] = False
+    needs_duration: ClassVar[bool] = False
+
+    def bind(self, config: SchedulerConfig) -> None:
+        """Reset the ordering structures for a (new) scheduler; called by the Scheduler."""
+        self.config = config
+        self._members: dict[str, Job] = {}
+        self._keys: dict[str, Key] = {}
+        self._sorted: list[Key] = []
+        self._dynamic: dict[str, Job] = {}
+
+    @abstractmethod
+    def key(self, job: Job, now: float) -> Key:
+        """Priority key (smaller first), ending with the job id."""
+
+    def is_static(self, job: Job) -> bool:
+        return job.state is JobState.WAITING
+
+    def validate(self, spec: JobSpec) -> None:
+        if self.needs_duration and spec.duration is None:
+            raise CoreError(f"policy {self.name} needs the true duration of job {spec.job_id}")
+
+    def changed(self, job: Job, now: float) -> None:
+        """Re-file ``job`` after any change of its state, queue or service."""
+        self._drop(job.job_id)
+        if job.state is JobState.WAITING or (job.state is JobState.RUNNING and self.preemptive):
+            self._members[job.job_id] = job
+            if self.is_static(job):
+                k = self.key(job, now)
+                self._keys[job.job_id] = k
+                bisect.insort(self._sorted, k)
+            else:
+                self._dynamic[job.job_id] = job
+
+    def remove(self, job: Job) -> None:
+        self._drop(job.job_id)
+
+    def _drop(self, job_id: str) -> None:
+        if self._members.pop(job_id, None) is None:
+            return
+        k = self._keys.pop(job_id, None)
+        if k is None:
+            del self._dynamic[job_id]
+        else:
+            del self._sorted[bisect.bisect_left(self._sorted, k)]
+
+    def finished(self, job: Job) -> None:  # noqa: B027 (optional hook)
+        """A job left the system (completed, failed or cancelled): learn from it."""
+
+    def refresh(self, now: float) -> None:  # noqa: B027 (optional hook)
+        """Apply time-driven changes (demotion, promotion) due at or before ``now``."""
+
+    def order(self, now: float) -> Iterator[Job]:
+        """Candidates, highest priority first."""
+        members = self._members
+        if not self._dynamic:
+            return (members[k[-1]] for k in self._sorted)
+        dyn = sorted(self.key(j, now) for j in self._dynamic.values())
+        return (members[k[-1]] for k in heapq.merge(self._sorted, dyn))
+
+    def next_wakeup(self, now: float) -> float | None:
+        """Next time this policy's order may change without an outside event."""
+        return None
+
+    def export_state(self) -> dict[str, Any]:
+        return {}
+
+    def load_state(self, state: dict[str, Any]) -> None:  # noqa: B027 (optional hook)
+        """Restore what ``export_state`` saved (learned state only; jobs are re-filed)."""
+
+
+def _fifo_by_start(job: Job) -> Key:
+    """2D-LAS order inside a queue: jobs that have started, FIFO by first start time, then
+    jobs that never started, FIFO by arrival (their start time is still in the future), so a
+    newcomer never preempts a job of its own queue."""
+    s = job.spec
+    if job.first_start is None:
+        return (1, s.arrival, s.arrival, s.job_id)
+    return (0, job.first_start, s.arrival, s.job_id)
+
+
+_DEMOTE, _PROMOTE = 0, 1
+
+
+class _Queued(Policy):
+    """K queues on attained service W_J × t_J. A running job moves down when it reaches the
+    next threshold (exact crossing times in a heap; a timer is valid only while recomputing it
+    from the job gives the same time, so stale ones are dropped lazily). A waiting job with
+    δ_J ≥ PROMOTEKNOB × t_J goes back to queue 0 with t_J and δ_J reset."""
+
+    def bind(self, config: SchedulerConfig) -> None:
+        super().bind(config)
+        self._timers: list[tuple[float, str, int]] = []
+
+    def _crossing(self, job: Job) -> float:
+        assert job.last_start is not None
+        return job.last_start + (self.config.queue_thresholds[job.queue] / job.gpus - job.executed)
+
+    def _promotion(self, job: Job) -> float:
+        assert job.wait_since is not None
+        return job.wait_since + self.config.promote_knob * job.executed
+
+    def _due(self, t: float, job_id: str, kind: int) -> Job | None:
+        job = self._members.get(job_id)
+        if job is None:
+            return None
+        if kind == _DEMOTE:
+            ok = (job.state is JobState.RUNNING and job.queue < self.config.queues - 1
+                  and self._crossing(job) == t)
+        else:
+            ok = job.state is JobState.WAITING and job.queue > 0 and self._promotion(job) == t
+        return job if ok else None
+
+    def changed(self, job: Job, now: float) -> None:
+        super().changed(job, now)
+        if job.state is JobState.RUNNING and job.queue < self.config.queues - 1:
+            heapq.heappush(self._timers, (self._crossing(job), job.job_id, _DEMOTE))
+        elif (job.state is JobState.WAITING and job.queue > 0
+              and math.isfinite(self.config.promote_knob)):
+            heapq.heappush(self._timers, (self._promotion(job), job.job_id, _PROMOTE))
+
+    def refresh(self, now: float) -> None:
+        timers = self._timers
+        while timers and timers[0][0] <= now:
+            t, job_id, kind = heapq.heappop(timers)
+            job = self._due(t, job_id, kind)
+            if job is None:
+                continue
+            if kind == _DEMOTE:
+                job.queue += 1
+            else:
+                job.queue = 0
+                job.executed = 0.0
+                job.wait_since = t
+                job.promotions += 1
+            self.changed(job, now)
+
+    def next_wakeup(self, now: float) -> float | None:
+        timers = self._timers
+        while timers and self._due(*timers[0]) is None:
+            heapq.heappop(timers)
+        return timers[0][0] if timers else None
+
+
+class TiresiasL(_Queued):
+    """Discretized 2D-LAS: queue, then FIFO by first start time (see ``_fifo_by_start``)."""
+
+    name = "tiresias-l"
+
+    def is_static(self, job: Job) -> bool:
+        return True
+
+    def key(self, job: Job, now: float) -> Key:
+        return (job.queue, *_fifo_by_start(job))
+
+
+class TiresiasG(_Queued):
+    """Discretized 2D-Gittins: queues 1..K-1 ordered by the Gittins index of the attained
+    service with Δ = the queue's upper threshold (higher first), the last queue FIFO by first
+    start like 2D-LAS. The distribution learns the service of every completed job when
+    ``learn``. ``variant``: "as-written" (default) or "authors" (see coordinator.core.gittins)."""
+
+    name = "tiresias-g"
+
+    def __init__(self, distribution: ServiceDistribution | None = None, *, learn: bool = True,
+                 variant: str = "as-written") -> None:
+        if variant not in GITTINS_VARIANTS:
+            raise CoreError(f"unknown Gittins variant {variant!r}; valid: {GITTINS_VARIANTS}")
+        self.distribution = distribution if distribution is not None else ServiceDistribution()
+        self.learn = learn
+        self.variant = variant
+
+    def is_static(self, job: Job) -> bool:
+        return job.queue == self.config.queues - 1
+
+    def key(self, job: Job, now: float) -> Key:
+        if job.queue == self.config.queues - 1:
+            return (job.queue, 0.0, *_fifo_by_start(job))
+        g = self.distribution.gittins_index(
+            job.attained(now), self.config.queue_thresholds[job.queue], self.variant)
+        return (job.queue, -g, *_fifo_by_start(job))
+
+    def finished(self, job: Job) -> None:
+        if self.learn and job.state is JobState.COMPLETED:
+            self.distribution.add(job.gpus * job.total_executed)
+
+    def export_state(self) -> dict[str, Any]:
+        return {"distribution": self.distribution.export_state()}
+
+    def load_state(self, state: dict[str, Any]) -> None:
+        self.distribution = ServiceDistribution.from_state(state["distribution"])
+
+
+class Las(Policy):
+    """Continuous 2D-LAS: least attained GPU service first, preemptive. Wakes up exactly when a
+    running job's service reaches a waiting job's. At equal service the tie (arrival, id)
+    decides; when the waiting job loses it, the running job must get strictly ahead, which
+    the policy resolves ``quantum`` seconds later (bounds ping-pong between equal jobs).
+    ``crossings=False`` re-evaluates only at events and ``SchedulerConfig.interval`` ticks:
+    the paper's Figure 7 model ("priorities re-evaluated every time unit")."""
+
+    name = "las"
+
+    def __init__(self, quantum: float = 60.0, *, crossings: bool = True) -> None:
+        if not quantum > 0:
+            raise CoreError(f"las quantum must be > 0, got {quantum}")
+        self.quantum = quantum
+        self.crossings = crossings
+
+    def key(self, job: Job, now: float) -> Key:
+        return (job.attained(now), job.spec.arrival, job.job_id)
+
+    def next_wakeup(self, now: float) -> float | None:
+        if not self.crossings:
+            return None
+        waiting = self._sorted
+        best = math.inf
+        for r in self._dynamic.values():
+            rk = self.key(r, now)
+            for a_w, arr_w, id_w in waiting[bisect.bisect_right(waiting, rk):]:
+                t = now + (a_w - rk[0]) / r.gpus
+                if t >= best:
+                    break
+                wins = (arr_w, id_w) < rk[1:]
+                best = max(t if wins else t + self.quantum, math.nextafter(now, math.inf))
+                if wins:
+                    break
+        return None if math.isinf(best) else best
+
+
+class Srtf(Policy):
+    """Preemptive shortest remaining time first, using true durations (an oracle baseline).
+    Running jobs only get closer to completion, so no wakeups are needed."""
+
+    name = "srtf"
+    needs_duration = True
+
+    def key(self, job: Job, now: float) -> Key:
+        assert job.spec.duration is not None
+        return (job.spec.duration - job.total_executed_at(now), job.spec.arrival, job.job_id)
+
+
+class Srsf(Srtf):
+    """Preemptive shortest remaining service (remaining time × GPUs) first; oracle."""
+
+    name = "srsf"
+
+    def key(self, job: Job, now: float) -> Key:
+        rem, arrival, job_id = super().key(job, now)
+        return (rem * job.gpus, arrival, job_id)
+
+
+class YarnCS(Policy):
+    """FIFO, non-preemptive, head-of-line blocking (pair with ``make_placement("yarn")``)."""
+
+    name = "yarn-cs"
+    preemptive = False
+    blocking = True
+
+    def key(self, job: Job, now: float) -> Key:
+        return (job.spec.arrival, job.job_id)
+
+
+class BestEffort(YarnCS):
+    """YARN-CS where later jobs that fit start ahead of a head job that does not."""
+
+    name = "best-effort"
+    blocking = False
+
+
+class SmallestFirst(Policy):
+    """Smallest GPU count first, non-preemptive, skipping jobs that do not fit."""
+
+    name = "sf"
+    preemptive = False
+
+    def key(self, job: Job, now: float) -> Key:
+        return (job.gpus, job.spec.arrival, job.job_id)
+
+
+class Gandiva(Policy):
+    """Gandiva-style time sharing. A running job keeps its GPUs for at least ``quantum``
+    seconds per turn; after that, when jobs wait, it yields to them. Order: running jobs still
+    inside their slice, then waiting jobs least recently served first (longest wait), then
+    running jobs past their slice (most recently started first keeps its GPUs). Without
+    waiting jobs nobody is preempted. Gandiva's packing/migration is not modelled."""
+
+    name = "gandiva"
+
+    def __init__(self, quantum: float = 600.0) -> None:
+        if not quantum > 0:
+            raise CoreError(f"gandiva quantum must be > 0, got {quantum}")
+        self.quantum = quantum
+
+    def key(self, job: Job, now: float) -> Key:
+        s = job.spec
+        if job.state is JobState.WAITING:
+            assert job.wait_since is not None
+            return (1, job.wait_since, s.arrival, s.job_id)
+        assert job.last_start is not None
+        if now - job.last_start < self.quantum:
+            return (0, job.last_start, s.arrival, s.job_id)
+        return (2, -job.last_start, s.arrival, s.job_id)
+
+    def next_wakeup(self, now: float) -> float | None:
+        if not self._sorted:
+            return None
+        ends = [t for j in self._dynamic.values() if (t := j.last_start + self.quantum) > now]  # type: ignore[operator]
+        return min(ends, default=None)
+
+
+_POLICIES: dict[str, type[Policy]] = {
+    p.name: p
+    for p in (TiresiasL, TiresiasG, Las, YarnCS, BestEffort, SmallestFirst, Srtf, Srsf, Gandiva)
+}
+POLICY_NAMES: tuple[str, ...] = tuple(_POLICIES)
+
+
+def make_policy(name: str, **params: Any) -> Policy:
+    """Policy by name. Parameters: tiresias-g (distribution, learn, variant), las (quantum,
+    crossings), gandiva (quantum); the others take none (queues and PROMOTEKNOB live in
+    SchedulerConfig)."""
+    cls = _POLICIES.get(name)
+    if cls is None:
+        raise CoreError(f"unknown policy {name!r}; valid: {', '.join(POLICY_NAMES)}")
+    try:
+        return cls(**params)
+    except TypeError as e:
+        raise CoreError(f"bad parameters for policy {name!r}: {e}") from None
