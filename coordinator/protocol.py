@@ -1,0 +1,284 @@
+"""Wire protocol between the coordinator and everything that talks to it (docs/contracts.md).
+
+One msgpack map per ZeroMQ message, with ``type`` and ``v``. Every message is validated on
+receipt against the schemas below, so a bad peer gets an error naming the problem instead of
+crashing the event loop or corrupting scheduler state.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import msgpack
+
+VERSION = 1
+#: Largest message the protocol accepts; decode() refuses anything bigger with an error reply.
+MAX_MESSAGE_BYTES = 1 << 20
+#: Socket-level cap (zmq.MAXMSGSIZE): ZeroMQ drops the connection of a peer sending more.
+SOCKET_MAX_BYTES = 4 * MAX_MESSAGE_BYTES
+
+
+class ProtocolError(ValueError):
+    """A message that is not valid; the text says what is wrong with it."""
+
+
+# A field spec: (accepted python types, required). ``None`` in the types means nil is fine.
+Field = tuple[tuple[type | None, ...], bool]
+NUM = (int, float)
+OPT_STR: Field = ((str, None), False)
+REQ_STR: Field = ((str,), True)
+REQ_INT: Field = ((int,), True)
+
+_JOB_REF = {"job_id": REQ_STR}
+
+# Every message type, who sends it, and its fields besides ``type``/``v``/``id``.
+SCHEMAS: dict[str, dict[str, Field]] = {
+    # client → coordinator (requests; reply ok/error)
+    "submit": {
+        "argv": ((list,), True),
+        "workers": REQ_INT,
+        "ps": ((int,), False),
+        "horovod": ((bool,), False),
+        "gpus": ((int, None), False),
+        "cwd": OPT_STR,
+        "env": ((dict, None), False),
+        "name": OPT_STR,
+        "duration": ((*NUM, None), False),
+        "skew": ((*NUM, None), False),
+    },
+    "status": {"job_id": OPT_STR},
+    "queue": {},
+    "nodes": {},
+    "cancel": _JOB_REF,
+    "logs": {**_JOB_REF, "offsets": ((dict, None), False), "limit": ((int, None), False)},
+    "advance": {"seconds": ((*NUM,), True)},
+    # agent → coordinator
+    "register": {
+        "node": REQ_STR,
+        "host": OPT_STR,
+        "gpus": ((list,), True),
+        "running": ((list,), True),
+    },
+    "heartbeat": {"node": REQ_STR},
+    "exited": {
+        "node": REQ_STR,
+        "job_id": REQ_STR,
+        "restart": REQ_INT,
+        "outcome": REQ_STR,
+        "processes": ((list,), True),
+    },
+    "log_data": {"node": REQ_STR, "req": REQ_INT, "files": ((dict,), True)},
+    # job runtime → coordinator (fire and forget)
+    "report": {
+        "job_id": REQ_STR,
+        "role": OPT_STR,
+        "task_index": ((int, None), False),
+        "restart": ((int, None), False),
+        "step": ((int, None), False),
+        "iterations": ((int, None), False),
+        "iter_time": ((*NUM, None), False),
+        "gpu_time": ((*NUM, None), False),
+        "checkpoint": ((dict, None), False),
+        "warmup": ((dict, None), False),
+        "skew": ((*NUM, None), False),
+        "tensor_bytes": ((list, None), False),
+    },
+    # coordinator → agent (commands)
+    "launch": {
+        "job_id": REQ_STR,
+        "restart": REQ_INT,
+        "processes": ((list,), True),
+        "grace": ((*NUM,), True),
+    },
+    "preempt": {
+        "job_id": REQ_STR,
+        "restart": REQ_INT,
+        "signal": REQ_STR,
+        "grace": ((*NUM,), True),
+    },
+    "kill": {"job_id": REQ_STR, "restart": ((int, None), False)},
+    "fetch_logs": {
+        "job_id": REQ_STR,
+        "req": REQ_INT,
+        "offsets": ((dict,), True),
+        "limit": REQ_INT,
+    },
+    # replies
+    "ok": {},
+    "error": {"error": REQ_STR},
+}
+
+#: Messages that expect a reply and so must carry an ``id``.
+REQUESTS = frozenset(
+    {
+        "submit",
+        "status",
+        "queue",
+        "nodes",
+        "cancel",
+        "logs",
+        "advance",
+        "register",
+        "heartbeat",
+        "exited",
+    }
+)
+#: Outcomes an agent may report for its part of a job.
+PART_OUTCOMES = ("completed", "checkpointed", "failed", "killed")
+
+# Shapes of list items and nested maps (field → (types, required)).
+GPU_ITEM: dict[str, Field] = {"index": REQ_INT, "uuid": OPT_STR, "memory": ((int, None), False)}
+RUNNING_ITEM: dict[str, Field] = {"job_id": REQ_STR, "restart": REQ_INT}
+PROCESS_SPEC: dict[str, Field] = {
+    "role": REQ_STR,
+    "task_index": REQ_INT,
+    "argv": ((list,), True),
+    "env": ((dict,), True),
+    "gpus": ((list,), True),
+    "cwd": OPT_STR,
+}
+PROCESS_EXIT: dict[str, Field] = {
+    "role": REQ_STR,
+    "task_index": REQ_INT,
+    "code": ((int, None), True),
+    "log_tail": OPT_STR,
+}
+
+
+def _typename(types: tuple[type | None, ...]) -> str:
+    return " or ".join("nil" if t is None else t.__name__ for t in types)
+
+
+def check_fields(where: str, data: Any, schema: Mapping[str, Field]) -> None:
+    """Raise ProtocolError naming the first field of ``data`` that does not fit ``schema``."""
+    if not isinstance(data, dict):
+        raise ProtocolError(f"{where}: expected a map, got {type(data).__name__}")
+    for name, (types, required) in schema.items():
+        if name not in data:
+            if required:
+                raise ProtocolError(f"{where}: missing field '{name}'")
+            continue
+        value = data[name]
+        ok = any(
+            value is None
+            if t is None
+            else isinstance(value, t) and not (t in (int, float) and isinstance(value, bool))
+            for t in types
+        )
+        if not ok:
+            raise ProtocolError(
+                f"{where}: field '{name}' must be {_typename(types)}, got {type(value).__name__}"
+            )
+
+
+def _check_str_list(where: str, value: list[Any]) -> None:
+    if not all(isinstance(a, str) for a in value):
+        raise ProtocolError(f"{where}: must be a list of strings")
+
+
+def _check_str_map(where: str, value: dict[Any, Any], vtype: type = str) -> None:
+    if not all(isinstance(k, str) and isinstance(v, vtype) for k, v in value.items()):
+        raise ProtocolError(f"{where}: must map strings to {vtype.__name__}")
+
+
+def _check_items(where: str, items: list[Any], schema: Mapping[str, Field]) -> None:
+    for i, item in enumerate(items):
+        check_fields(f"{where}[{i}]", item, schema)
+
+
+def _check_nested(t: str, msg: dict[str, Any]) -> None:
+    """Validation below the top level, for the fields whose content the receiver relies on."""
+    if t == "submit":
+        if not msg["argv"]:
+            raise ProtocolError("submit: 'argv' must name a script")
+        _check_str_list("submit: 'argv'", msg["argv"])
+        if msg.get("env"):
+            _check_str_map("submit: 'env'", msg["env"])
+        if msg["workers"] < 1:
+            raise ProtocolError(f"submit: 'workers' must be >= 1, got {msg['workers']}")
+        if msg.get("ps", 0) < 0:
+            raise ProtocolError(f"submit: 'ps' must be >= 0, got {msg['ps']}")
+        if msg.get("gpus") is not None and msg["gpus"] < 1:
+            raise ProtocolError(f"submit: 'gpus' must be >= 1, got {msg['gpus']}")
+    elif t == "register":
+        _check_items("register: 'gpus'", msg["gpus"], GPU_ITEM)
+        _check_items("register: 'running'", msg["running"], RUNNING_ITEM)
+    elif t == "exited":
+        if msg["outcome"] not in PART_OUTCOMES:
+            raise ProtocolError(
+                f"exited: 'outcome' must be one of {', '.join(PART_OUTCOMES)}, "
+                f"got {msg['outcome']!r}"
+            )
+        _check_items("exited: 'processes'", msg["processes"], PROCESS_EXIT)
+    elif t == "launch":
+        _check_items("launch: 'processes'", msg["processes"], PROCESS_SPEC)
+        for i, p in enumerate(msg["processes"]):
+            _check_str_list(f"launch: 'processes'[{i}].argv", p["argv"])
+            _check_str_map(f"launch: 'processes'[{i}].env", p["env"])
+            if not all(isinstance(g, int) for g in p["gpus"]):
+                raise ProtocolError(f"launch: 'processes'[{i}].gpus must be integers")
+    elif t in ("logs", "fetch_logs") and msg.get("offsets"):
+        _check_str_map(f"{t}: 'offsets'", msg["offsets"], int)
+    elif t == "report":
+        skew = msg.get("skew")
+        if skew is not None and not 0.0 <= skew <= 1.0:
+            raise ProtocolError(f"report: 'skew' must be in [0, 1], got {skew}")
+        tb = msg.get("tensor_bytes")
+        if tb is not None and not all(isinstance(b, int) and b >= 0 for b in tb):
+            raise ProtocolError("report: 'tensor_bytes' must be non-negative integers")
+
+
+def validate(msg: Any) -> dict[str, Any]:
+    """Check a decoded message against its schema; return it, or raise ProtocolError."""
+    if not isinstance(msg, dict):
+        raise ProtocolError(f"message must be a map, got {type(msg).__name__}")
+    t = msg.get("type")
+    if not isinstance(t, str):
+        raise ProtocolError("message has no string 'type'")
+    if t not in SCHEMAS:
+        raise ProtocolError(f"unknown message type {t!r}")
+    v = msg.get("v")
+    if v != VERSION:
+        raise ProtocolError(f"{t}: protocol version {v!r} not supported (expected {VERSION})")
+    if t in REQUESTS and not (isinstance(msg.get("id"), int) and not isinstance(msg["id"], bool)):
+        raise ProtocolError(f"{t}: requests need an integer 'id'")
+    check_fields(t, msg, SCHEMAS[t])
+    _check_nested(t, msg)
+    return msg
+
+
+def decode(frame: bytes) -> dict[str, Any]:
+    """Bytes off the wire → a validated message. Raises ProtocolError on anything wrong."""
+    if len(frame) > MAX_MESSAGE_BYTES:
+        raise ProtocolError(
+            f"message of {len(frame)} bytes exceeds the limit of {MAX_MESSAGE_BYTES} bytes"
+        )
+    try:
+        msg = msgpack.unpackb(frame, raw=False, strict_map_key=False)
+    except Exception as e:  # msgpack raises a zoo of types for malformed input
+        raise ProtocolError(f"not a msgpack message: {type(e).__name__}: {e}") from None
+    return validate(msg)
+
+
+def encode(msg_type: str, **fields: Any) -> bytes:
+    """A message of ``msg_type`` with the protocol version stamped in."""
+    return msgpack.packb({"type": msg_type, "v": VERSION, **fields}, use_bin_type=True)
+
+
+def ok(req_id: int | None, **fields: Any) -> bytes:
+    return encode("ok", id=req_id, **fields)
+
+
+def error(req_id: int | None, text: str, **fields: Any) -> bytes:
+    return encode("error", id=req_id, error=text, **fields)
+
+
+def request_id(frame: bytes) -> int | None:
+    """Best-effort ``id`` of a message that failed validation, so the error reply can echo it."""
+    try:
+        msg = msgpack.unpackb(frame, raw=False, strict_map_key=False)
+    except Exception:
+        return None
+    rid = msg.get("id") if isinstance(msg, dict) else None
+    return rid if isinstance(rid, int) and not isinstance(rid, bool) else None

@@ -1,0 +1,448 @@
+"""Node agent: one per machine. Discovers GPUs, registers with the coordinator, spawns the
+processes it is given (each in its own process group, logging to a file), signals and kills
+them on command, and reports how each job's local processes ended.
+
+The agent is deliberately dumb about policy: it never decides what runs, only reports. Exit
+reports are kept until the coordinator acknowledges them, so a coordinator restart loses none.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import ctypes
+import itertools
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import zmq
+
+from coordinator import protocol
+from coordinator.service.client import client_keys, dealer, default_address
+from coordinator.service.keys import KEYS_ENV, ClientKeys
+
+log = logging.getLogger("tiresias.agent")
+
+EXIT_CHECKPOINTED = 75
+LOG_TAIL_BYTES = 2048
+#: Seconds the rest of a job gets to exit after one of its processes failed or the chief ended.
+STOP_GRACE = 5.0
+PR_SET_PDEATHSIG = 1
+
+
+def discover_gpus(requested: str) -> list[dict[str, Any]]:
+    """GPUs of this machine: NVML when present (``auto``), else ``N`` virtual ones."""
+    if requested != "auto":
+        try:
+            count = int(requested)
+        except ValueError:
+            raise ValueError(f"--gpus {requested!r}: expected a number or 'auto'") from None
+        if count < 1:
+            raise ValueError(f"--gpus {count}: a node needs at least one GPU")
+        return [{"index": i, "uuid": f"virtual-{i}", "memory": None} for i in range(count)]
+    nvml = nvml_gpus()
+    if nvml is None:
+        log.warning("NVML is not available; declaring 1 virtual GPU (use --gpus N)")
+        return discover_gpus("1")
+    return nvml
+
+
+def nvml_gpus() -> list[dict[str, Any]] | None:
+    """The machine's GPUs from NVML, or None without a driver."""
+    try:
+        with warnings.catch_warnings():  # pynvml warns that it is deprecated in favour of itself
+            warnings.simplefilter("ignore", FutureWarning)
+            import pynvml
+        pynvml.nvmlInit()
+    except Exception:
+        return None
+    try:
+        gpus = []
+        for i in range(pynvml.nvmlDeviceGetCount()):
+            h = pynvml.nvmlDeviceGetHandleByIndex(i)
+            uuid = pynvml.nvmlDeviceGetUUID(h)
+            gpus.append(
+                {
+                    "index": i,
+                    "uuid": uuid.decode() if isinstance(uuid, bytes) else uuid,
+                    "memory": int(pynvml.nvmlDeviceGetMemoryInfo(h).total),
+                }
+            )
+        return gpus or None
+    finally:
+        pynvml.nvmlShutdown()
+
+
+def _die_with_agent() -> None:
+    """Child side of fork: SIGKILL this process if the agent dies, since a restarted agent
+    cannot adopt it and the coordinator will resume the job elsewhere."""
+    os.setsid()
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+def log_tail(path: Path, limit: int = LOG_TAIL_BYTES) -> str:
+    try:
+        with path.open("rb") as f:
+            f.seek(max(0, f.seek(0, os.SEEK_END) - limit))
+            return f.read().decode(errors="replace")
+    except OSError:
+        return ""
+
+
+@dataclass
+class Proc:
+    role: str
+    task_index: int
+    popen: subprocess.Popen[bytes]
+    log_path: Path
+    code: int | None = None
+
+    @property
+    def name(self) -> str:
+        return f"{self.role}-{self.task_index}"
+
+    def signal(self, sig: signal.Signals) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.popen.pid, sig)
+
+
+@dataclass
+class Part:
+    """This node's processes of one (re)start of a job."""
+
+    job_id: str
+    restart: int
+    procs: list[Proc]
+    #: Why we are stopping it, once we are: "preempt", "kill" or "stop" (peer failed/ended).
+    stopping: str | None = None
+    deadline: float | None = None
+    failed: bool = False
+    chief_done: bool = False
+    unprompted_checkpoint: bool = False
+    reported: dict[str, Any] | None = None
+    stopped_procs: set[str] = field(default_factory=set)
+
+    @property
+    def alive(self) -> list[Proc]:
+        return [p for p in self.procs if p.code is None]
+
+    def outcome(self) -> str:
+        """Part outcome: failed beats everything; then a finished chief; then checkpoints."""
+        if self.failed:
+            return "failed"
+        codes = [p.code for p in self.procs]
+        if self.chief_done or all(c == 0 for c in codes):
+            return "completed"
+        if self.stopping == "preempt" or self.unprompted_checkpoint:
+            return "checkpointed"
+        return "killed"
+
+
+class Agent:
+    """The agent's event loop; ``run()`` until ``stop`` is set (or forever)."""
+
+    def __init__(
+        self,
+        coordinator: str,
+        gpus: list[dict[str, Any]],
+        name: str | None = None,
+        workdir: Path | None = None,
+        keys: ClientKeys | None = None,
+        keys_dir: str | None = None,
+        heartbeat: float = 1.0,
+        host: str | None = None,
+    ) -> None:
+        self.coordinator = coordinator
+        self.gpus = gpus
+        self.name = name or socket.gethostname()
+        self.host = host or self.name
+        self.workdir = (workdir or Path.cwd() / "tiresias-agent" / self.name).resolve()
+        self.keys = keys
+        self.keys_dir = keys_dir
+        self.heartbeat = heartbeat
+        self.stop = threading.Event()
+        self.parts: dict[str, Part] = {}
+        self._ctx = zmq.Context.instance()
+        self._sock: zmq.Socket | None = None
+        self._ids = itertools.count(1)
+        self._pending: dict[int, tuple[str, dict[str, Any]]] = {}  # id → (kind, message)
+        self._last_reply = 0.0
+        self._next_beat = 0.0
+        self.registered = threading.Event()
+
+    # --- connection -------------------------------------------------------------------
+    def _connect(self) -> None:
+        if self._sock is not None:
+            self._sock.close(linger=0)
+        self._sock = dealer(self._ctx, self.coordinator, self.keys)
+        self._pending.clear()
+        self.registered.clear()
+        self._last_reply = time.monotonic()
+        self._register()
+
+    def _send(self, msg_type: str, **fields: Any) -> int:
+        rid = next(self._ids)
+        assert self._sock is not None
+        self._sock.send(protocol.encode(msg_type, id=rid, **fields))
+        self._pending[rid] = (msg_type, fields)
+        return rid
+
+    def _register(self) -> None:
+        running = [
+            {"job_id": p.job_id, "restart": p.restart}
+            for p in self.parts.values()
+            if p.reported is None
+        ]
+        self._send("register", node=self.name, host=self.host, gpus=self.gpus, running=running)
+        for part in self.parts.values():
+            if part.reported is not None:  # finished, not yet acknowledged: say it again
+                self._send("exited", **part.reported)
+
+    # --- loop -------------------------------------------------------------------------
+    def run(self) -> None:
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self._connect()
+        try:
+            while not self.stop.is_set():
+                assert self._sock is not None
+                if self._sock.poll(100):
+                    while self._sock.poll(0):
+                        self._on_frame(self._sock.recv())
+                self._tick(time.monotonic())
+        finally:
+            for part in self.parts.values():
+                for p in part.alive:
+                    p.signal(signal.SIGKILL)
+            if self._sock is not None:
+                self._sock.close(linger=0)
+
+    def _tick(self, now: float) -> None:
+        if now - self._last_reply > max(5.0, 5 * self.heartbeat):
+            log.warning("no reply from the coordinator at %s; reconnecting", self.coordinator)
+            self._connect()
+        if now >= self._next_beat:
+            self._next_beat = now + self.heartbeat
+            self._send("heartbeat", node=self.name)
+            # resend exit reports not yet acknowledged (the reply may have been lost)
+            unacked = {f["job_id"] for k, f in self._pending.values() if k == "exited"}
+            for part in self.parts.values():
+                if part.reported is not None and part.job_id not in unacked:
+                    self._send("exited", **part.reported)
+        for part in list(self.parts.values()):
+            self._reap(part, now)
+
+    def _reap(self, part: Part, now: float) -> None:
+        for p in part.alive:
+            code = p.popen.poll()
+            if code is None:
+                continue
+            p.code = code
+            if part.stopping is not None:
+                continue
+            if code == EXIT_CHECKPOINTED:
+                part.unprompted_checkpoint = True
+                self._stop(part, "stop", STOP_GRACE, now)
+            elif code != 0:
+                part.failed = True
+                self._stop(part, "stop", STOP_GRACE, now)
+            elif p.role == "chief":
+                part.chief_done = True
+                self._stop(part, "stop", STOP_GRACE, now)
+        if part.alive and part.deadline is not None and now >= part.deadline:
+            for p in part.alive:
+                log.info("job %s %s ignored the signal; killing it", part.job_id, p.name)
+                p.signal(signal.SIGKILL)
+            part.deadline = None
+        if not part.alive and part.reported is None:
+            for p in part.procs:  # leftovers of the process group (grandchildren)
+                p.signal(signal.SIGKILL)
+            part.reported = {
+                "node": self.name,
+                "job_id": part.job_id,
+                "restart": part.restart,
+                "outcome": part.outcome(),
+                "processes": [
+                    {
+                        "role": p.role,
+                        "task_index": p.task_index,
+                        "code": p.code,
+                        "log_tail": log_tail(p.log_path),
+                    }
+                    for p in part.procs
+                ],
+            }
+            log.info("job %s restart %d: %s", part.job_id, part.restart, part.reported["outcome"])
+            self._send("exited", **part.reported)
+
+    def _stop(
+        self, part: Part, why: str, grace: float, now: float, sig: signal.Signals = signal.SIGTERM
+    ) -> None:
+        part.stopping = why
+        part.deadline = now + grace
+        for p in part.alive:
+            p.signal(sig)
+
+    # --- messages ---------------------------------------------------------------------
+    def _on_frame(self, frame: bytes) -> None:
+        try:
+            msg = protocol.decode(frame)
+        except protocol.ProtocolError as e:
+            log.error("bad message from the coordinator: %s", e)
+            return
+        self._last_reply = time.monotonic()
+        handler = getattr(self, f"_on_{msg['type']}", None)
+        if handler is None:
+            log.error("unexpected message type %r from the coordinator", msg["type"])
+            return
+        handler(msg)
+
+    def _on_ok(self, msg: dict[str, Any]) -> None:
+        kind, fields = self._pending.pop(msg.get("id"), (None, {}))
+        if kind == "register":
+            self.registered.set()
+        elif kind == "exited":
+            part = self.parts.get(fields["job_id"])
+            if part is not None and part.restart == fields["restart"] and part.reported:
+                del self.parts[part.job_id]
+
+    def _on_error(self, msg: dict[str, Any]) -> None:
+        kind, _ = self._pending.pop(msg.get("id"), (None, {}))
+        if msg.get("code") == "register":  # the coordinator restarted and forgot us
+            log.warning("coordinator does not know this node; registering again")
+            self._register()
+        else:
+            log.error("coordinator refused %s: %s", kind, msg["error"])
+
+    def _on_launch(self, msg: dict[str, Any]) -> None:
+        job_id, restart = msg["job_id"], msg["restart"]
+        old = self.parts.get(job_id)
+        if old is not None and old.restart >= restart:
+            return  # a duplicate launch (resent after a reconnect): never run a job twice
+        logdir = self.workdir / "logs" / job_id
+        logdir.mkdir(parents=True, exist_ok=True)
+        procs = []
+        for spec in msg["processes"]:
+            path = logdir / f"{spec['role']}-{spec['task_index']}.log"
+            env = {**os.environ, **spec["env"]}
+            env["CUDA_VISIBLE_DEVICES"] = spec["env"].get(
+                "CUDA_VISIBLE_DEVICES", ",".join(map(str, spec["gpus"]))
+            )
+            if self.keys_dir:
+                env[KEYS_ENV] = self.keys_dir
+            with path.open("ab") as out:
+                out.write(f"=== {job_id} restart {restart} on {self.name} ===\n".encode())
+                out.flush()
+                try:
+                    popen = subprocess.Popen(
+                        spec["argv"],
+                        env=env,
+                        cwd=spec.get("cwd") or None,
+                        stdout=out,
+                        stderr=subprocess.STDOUT,
+                        stdin=subprocess.DEVNULL,
+                        preexec_fn=_die_with_agent,
+                    )
+                except OSError as e:
+                    out.write(f"tiresias-agent: cannot start {spec['argv']}: {e}\n".encode())
+                    popen = subprocess.Popen([sys.executable, "-c", "raise SystemExit(127)"])
+            procs.append(Proc(spec["role"], spec["task_index"], popen, path))
+        self.parts[job_id] = Part(job_id, restart, procs)
+        log.info("launched job %s restart %d: %d processes", job_id, restart, len(procs))
+
+    def _part(self, msg: dict[str, Any]) -> Part | None:
+        part = self.parts.get(msg["job_id"])
+        restart = msg.get("restart")
+        if part is None or (restart is not None and part.restart != restart):
+            return None
+        return part
+
+    def _on_preempt(self, msg: dict[str, Any]) -> None:
+        part = self._part(msg)
+        if part is None or part.reported is not None:
+            return
+        try:
+            sig = signal.Signals[msg["signal"]]
+        except KeyError:
+            log.error("preempt with unknown signal %r; using SIGTERM", msg["signal"])
+            sig = signal.SIGTERM
+        self._stop(part, "preempt", float(msg["grace"]), time.monotonic(), sig)
+
+    def _on_kill(self, msg: dict[str, Any]) -> None:
+        part = self._part(msg)
+        if part is None or part.reported is not None:
+            return
+        self._stop(part, "kill", 0.0, time.monotonic(), signal.SIGKILL)
+
+    def _on_fetch_logs(self, msg: dict[str, Any]) -> None:
+        logdir = self.workdir / "logs" / msg["job_id"]
+        files: dict[str, dict[str, Any]] = {}
+        for path in sorted(logdir.glob("*.log")) if logdir.is_dir() else []:
+            start = msg["offsets"].get(path.name, 0)
+            with path.open("rb") as f:
+                size = f.seek(0, os.SEEK_END)
+                if start > size:
+                    start = 0
+                f.seek(start)
+                data = f.read(msg["limit"])
+            files[path.name] = {
+                "offset": start + len(data),
+                "size": size,
+                "data": data.decode(errors="replace"),
+            }
+        assert self._sock is not None
+        self._sock.send(protocol.encode("log_data", node=self.name, req=msg["req"], files=files))
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="tiresias-agent", description=__doc__.split("\n\n")[0])
+    ap.add_argument(
+        "--coordinator",
+        default=default_address(),
+        help="coordinator address (default $TIRESIAS_COORDINATOR or %(default)s)",
+    )
+    ap.add_argument("--gpus", default="auto", help="'auto' (NVML) or a number of virtual GPUs")
+    ap.add_argument("--name", default=None, help="node name (default: host name)")
+    ap.add_argument(
+        "--host",
+        default=None,
+        help="address peers of a job use to reach this node (default: --name)",
+    )
+    ap.add_argument("--workdir", type=Path, default=None, help="where job logs go")
+    ap.add_argument("--heartbeat", type=float, default=1.0, help="seconds between heartbeats")
+    ap.add_argument("--curve-keys", default=None, help=f"CURVE key directory (or ${KEYS_ENV})")
+    args = ap.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    try:
+        gpus = discover_gpus(args.gpus)
+        keys = client_keys(args.curve_keys)
+    except (ValueError, OSError) as e:
+        ap.error(str(e))
+    keys_dir = args.curve_keys or os.environ.get(KEYS_ENV)
+    agent = Agent(
+        args.coordinator,
+        gpus,
+        args.name,
+        args.workdir,
+        keys,
+        str(Path(keys_dir).resolve()) if keys_dir else None,
+        args.heartbeat,
+        args.host,
+    )
+    signal.signal(signal.SIGTERM, lambda *_: agent.stop.set())
+    with contextlib.suppress(KeyboardInterrupt):
+        agent.run()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

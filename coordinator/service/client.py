@@ -1,0 +1,97 @@
+"""A DEALER connection to the coordinator with request/reply correlation by ``id``.
+
+Used by the CLI, ``tiresias-run`` and the benchmarks; agents keep their own socket because
+they also receive unsolicited commands."""
+
+from __future__ import annotations
+
+import itertools
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import zmq
+
+from coordinator import protocol
+from coordinator.service.keys import KEYS_ENV, ClientKeys
+
+DEFAULT_ADDRESS = "tcp://127.0.0.1:5555"
+ADDRESS_ENV = "TIRESIAS_COORDINATOR"
+
+
+class RequestError(RuntimeError):
+    """The coordinator answered with an error, or did not answer in time."""
+
+
+def default_address() -> str:
+    return os.environ.get(ADDRESS_ENV) or DEFAULT_ADDRESS
+
+
+def client_keys(directory: str | Path | None) -> ClientKeys | None:
+    """Keys from ``directory``, else from $TIRESIAS_CURVE_KEYS, else none (plain TCP)."""
+    directory = directory or os.environ.get(KEYS_ENV)
+    return ClientKeys.load(Path(directory)) if directory else None
+
+
+def dealer(ctx: zmq.Context, address: str, keys: ClientKeys | None) -> zmq.Socket:
+    """A DEALER socket connected to ``address`` that never blocks on close."""
+    sock = ctx.socket(zmq.DEALER)
+    sock.linger = 0
+    if keys is not None:
+        keys.apply(sock)
+    sock.connect(address)
+    return sock
+
+
+class Client:
+    """Blocking request/reply to the coordinator; errors become RequestError."""
+
+    def __init__(
+        self,
+        address: str | None = None,
+        keys: ClientKeys | None = None,
+        timeout: float = 10.0,
+        ctx: zmq.Context | None = None,
+    ) -> None:
+        self.address = address or default_address()
+        self.timeout = timeout
+        self._ctx = ctx or zmq.Context.instance()
+        self._sock = dealer(self._ctx, self.address, keys)
+        self._ids = itertools.count(1)
+
+    def request(self, msg_type: str, timeout: float | None = None, **fields: Any) -> dict:
+        """Send one request and return the ``ok`` reply's fields."""
+        rid = next(self._ids)
+        self._sock.send(protocol.encode(msg_type, id=rid, **fields))
+        deadline = time.monotonic() + (self.timeout if timeout is None else timeout)
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0 or not self._sock.poll(int(left * 1000)):
+                raise RequestError(
+                    f"no reply from the coordinator at {self.address} within "
+                    f"{self.timeout if timeout is None else timeout:g}s (is it running, and "
+                    f"are CURVE keys right?)"
+                )
+            try:
+                reply = protocol.decode(self._sock.recv())
+            except protocol.ProtocolError as e:
+                raise RequestError(f"bad reply from the coordinator: {e}") from None
+            if reply.get("id") != rid:
+                continue  # a late reply to an earlier, timed-out request
+            if reply["type"] == "error":
+                raise RequestError(reply["error"])
+            return reply
+
+    def send(self, msg_type: str, **fields: Any) -> None:
+        """Fire-and-forget (reports)."""
+        self._sock.send(protocol.encode(msg_type, **fields))
+
+    def close(self) -> None:
+        self._sock.close(linger=0)
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,884 @@
+"""The coordinator service: a single-threaded ZeroMQ event loop around the scheduler core.
+
+Messages become core events, core decisions become commands to node agents. The loop owns a
+monotonic clock (the core only ever sees ``now``), timers for the scheduler's next wakeup,
+heartbeat timeouts and preemption deadlines, and a SQLite journal that is committed before
+any command leaves, so a restarted coordinator picks up exactly where the old one stopped.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import logging
+import signal
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import zmq
+import zmq.auth.thread
+
+from coordinator import protocol
+from coordinator.core.model import (
+    CoreError,
+    Decision,
+    ExitOutcome,
+    Job,
+    JobState,
+    Kill,
+    Preempt,
+    Start,
+)
+from coordinator.service import keys as curve
+from coordinator.service.core_adapter import apply_event, build_scheduler, restore_scheduler
+from coordinator.service.metrics import Metrics
+from coordinator.service.store import Store
+from coordinator.service.views import job_view, node_view
+from tiresias_launch import EXIT_CHECKPOINTED
+from tiresias_launch.gang import GangRequest, plan
+
+log = logging.getLogger("tiresias.coordinator")
+
+#: Coordinator→agent "code" asking an unknown agent to register again.
+REGISTER = "register"
+LOG_FETCH_TIMEOUT = 3.0
+
+
+@dataclass
+class Options:
+    """Everything ``tiresias-coordinator`` can be told; tests build it directly."""
+
+    bind: str = "tcp://127.0.0.1:5555"
+    state: Path = Path("tiresias-state")
+    policy: str = "tiresias-l"
+    placement: str = "skew"
+    thresholds: list[float] = field(default_factory=lambda: [3600.0])
+    promote_knob: float = float("inf")
+    packlimit: float | None = None
+    interval: float = 0.0
+    gittins_history: Path | None = None
+    heartbeat_timeout: float = 10.0
+    grace: float = 30.0
+    preempt_signal: str = "SIGTERM"
+    checkpoint_root: Path | None = None
+    metrics_port: int | None = None
+    curve_keys: Path | None = None
+    manual_clock: bool = False
+    port_base: int = 30000
+    snapshot_every: int = 500
+
+    @property
+    def checkpoints(self) -> Path:
+        return (self.checkpoint_root or self.state / "checkpoints").resolve()
+
+
+class Clock:
+    """Core time in seconds: monotonic within a process and continued across restarts from
+    the journal (``base``); or advanced only by ``advance`` requests (manual, for tests)."""
+
+    def __init__(self, base: float, manual: bool) -> None:
+        self.manual = manual
+        self.base = base
+        self._mono0 = time.monotonic()
+
+    def now(self) -> float:
+        return self.base if self.manual else self.base + time.monotonic() - self._mono0
+
+    def advance(self, seconds: float) -> None:
+        self.base += seconds
+
+
+@dataclass
+class LogFetch:
+    """A client's ``logs`` request waiting for agents' ``log_data`` replies."""
+
+    client: bytes
+    req_id: int
+    waiting: set[str]
+    deadline: float
+    files: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+
+class Coordinator:
+    def __init__(self, opts: Options) -> None:
+        self.opts = opts
+        self.metrics = Metrics()
+        self.store = Store(opts.state)
+        self.stop = threading.Event()
+        self.ready = threading.Event()
+        self._outbox: list[tuple[str, bytes]] = []  # (node, frame) sent after commit
+        self._fetches: dict[int, LogFetch] = {}
+        self._fetch_ids = itertools.count(1)
+        self._ports = itertools.cycle(range(opts.port_base, opts.port_base + 10000))
+        self._dirty = True
+        self._progress_dirty: set[str] = set()
+        self._next_flush = 0.0
+        self.routes: dict[str, bytes] = {}  # node → ZeroMQ routing id
+        self.nodes_by_route: dict[bytes, str] = {}
+        self.hosts: dict[str, str] = {}
+        self.last_seen: dict[str, float] = {}
+        self.deadlines: dict[str, float] = {}  # job → monotonic kill backstop
+        self._node_gpus: dict[str, list[dict[str, Any]]] = {}
+        self._recover()
+
+    # --- state --------------------------------------------------------------------------
+    def _recover(self) -> None:
+        snapshot, events = self.store.load()
+        if snapshot is None:
+            self.sched = build_scheduler(self.opts)
+        else:
+            self.sched = restore_scheduler(snapshot, self.opts)
+        for kind, args in events:
+            try:
+                apply_event(self.sched, kind, args)
+            except CoreError as e:  # it failed live too, and was journaled regardless
+                log.debug("replayed %s failed again: %s", kind, e)
+        self.records: dict[str, dict[str, Any]] = dict(self.store.jobs())
+        self.next_job = self.store.get_meta("next_job", 1)
+        self.clock = Clock(self.store.get_meta("now", 0.0), self.opts.manual_clock)
+        started = time.monotonic()
+        # nodes the core knows must re-register before we schedule or declare them dead
+        self.unconfirmed = set(self.sched.free_gpus())
+        for n in self.unconfirmed:
+            self.last_seen[n] = started
+        if events or snapshot:
+            log.info(
+                "recovered %d jobs (%d journal events replayed); waiting for nodes %s",
+                len(self.records),
+                len(events),
+                sorted(self.unconfirmed) or "none",
+            )
+
+    @contextmanager
+    def _atomic(self) -> Iterator[None]:
+        """Journal and records are committed together; commands leave only after commit."""
+        with self.store.tx():
+            yield
+            self.store.set_meta("now", self.clock.now())
+        outbox, self._outbox = self._outbox, []
+        for node, frame in outbox:
+            self._to_node(node, frame)
+        if self.store.since_snapshot >= self.opts.snapshot_every:
+            self.store.save_snapshot(self.sched.export_state())
+
+    def _core(self, kind: str, **args: Any) -> Any:
+        """Apply one core event and journal it (inside an ``_atomic`` block)."""
+        result = apply_event(self.sched, kind, args)
+        self.store.append(kind, args)
+        return result
+
+    def _save(self, job_id: str) -> None:
+        self.store.put_job(job_id, self.records[job_id])
+
+    # --- loop ---------------------------------------------------------------------------
+    def run(self) -> None:
+        ctx = zmq.Context.instance()
+        auth = None
+        self.sock = ctx.socket(zmq.ROUTER)
+        self.sock.linger = 0
+        self.sock.setsockopt(zmq.MAXMSGSIZE, protocol.SOCKET_MAX_BYTES)
+        self.sock.setsockopt(zmq.ROUTER_MANDATORY, 0)
+        if self.opts.curve_keys is not None:
+            auth = zmq.auth.thread.ThreadAuthenticator(ctx)
+            auth.start()
+            auth.configure_curve(
+                domain="*", location=str(curve.authorized_dir(self.opts.curve_keys))
+            )
+            curve.apply_server(self.sock, self.opts.curve_keys)
+        self.sock.bind(self.opts.bind)
+        self.address = self.sock.getsockopt_string(zmq.LAST_ENDPOINT)
+        if self.opts.metrics_port is not None:
+            self.metrics.serve(self.opts.metrics_port)
+        log.info(
+            "coordinator listening on %s (policy %s, state %s)",
+            self.address,
+            self.opts.policy,
+            self.opts.state,
+        )
+        self.ready.set()
+        try:
+            while not self.stop.is_set():
+                if self.sock.poll(self._poll_ms()):
+                    for _ in range(1000):  # drain a burst, then schedule once
+                        try:
+                            rid, frame = self.sock.recv_multipart(zmq.NOBLOCK)
+                        except zmq.Again:
+                            break
+                        except ValueError:  # not a [routing id, frame] pair
+                            self.metrics.bad_messages.inc()
+                            continue
+                        self._on_frame(rid, frame)
+                self._timers()
+        finally:
+            self._flush_progress()
+            self.sock.close(linger=0)
+            if auth is not None:
+                auth.stop()
+            self.store.close()
+
+    def _poll_ms(self) -> int:
+        if self._dirty:
+            return 0
+        wake = None if self.unconfirmed else self.sched.next_wakeup(self.clock.now())
+        timeout = 0.2
+        if wake is not None and not self.clock.manual:
+            timeout = min(timeout, max(0.0, wake - self.clock.now()))
+        return int(timeout * 1000)
+
+    def _timers(self) -> None:
+        mono = time.monotonic()
+        for node, seen in list(self.last_seen.items()):
+            if mono - seen > self.opts.heartbeat_timeout:
+                log.warning(
+                    "node %s missed heartbeats for %.1fs; declaring it down", node, mono - seen
+                )
+                self._node_down(node)
+        for job_id, deadline in list(self.deadlines.items()):
+            if mono >= deadline:  # the agent should have killed it by now: insist
+                del self.deadlines[job_id]
+                run = self.records[job_id].get("run")
+                if run is not None:
+                    self._send_to_parts(job_id, run, "kill")
+        for req, fetch in list(self._fetches.items()):
+            if mono >= fetch.deadline:
+                self._finish_fetch(req)
+        if mono >= self._next_flush:
+            self._flush_progress()
+            self._next_flush = mono + 1.0
+        now = self.clock.now()
+        wake = self.sched.next_wakeup(now)
+        if not self.unconfirmed and (self._dirty or (wake is not None and wake <= now)):
+            self._pass()
+
+    def _pass(self) -> None:
+        self._dirty = False
+        now = self.clock.now()
+        t0 = time.perf_counter()
+        with self._atomic():
+            decisions = self._core("schedule", now=now)
+            self.metrics.pass_latency.observe(time.perf_counter() - t0)
+            self._act(decisions)
+        self._update_gauges()
+
+    # --- decisions → commands -----------------------------------------------------------
+    def _act(self, decisions: list[Decision]) -> None:
+        for d in decisions:
+            if isinstance(d, Start):
+                self._start(d)
+            elif isinstance(d, Preempt):
+                self.metrics.preemptions.inc()
+                self._stop_run(d.job_id, "preempt")
+            elif isinstance(d, Kill):
+                self._stop_run(d.job_id, "kill")
+
+    def _start(self, d: Start) -> None:
+        job = self.sched.job(d.job_id)
+        rec = self.records[d.job_id]
+        req = rec["request"]
+        gang = GangRequest(
+            tuple(req["argv"]), req["workers"], req.get("ps", 0), req.get("horovod", False)
+        )
+        specs = plan(
+            gang,
+            d.job_id,
+            d.allocation.to_wire(),
+            None,
+            self.opts.checkpoints,
+            job.restarts,
+            lambda _node: next(self._ports),
+            hosts=self.hosts,
+        )
+        by_node: dict[str, list[dict[str, Any]]] = {}
+        for s in specs:
+            env = {
+                **req.get("env", {}),
+                **s.env,
+                "TIRESIAS_PREEMPT_SIGNAL": self.opts.preempt_signal,
+            }
+            by_node.setdefault(s.node, []).append(
+                {
+                    "role": s.role,
+                    "task_index": s.task_index,
+                    "argv": list(s.argv),
+                    "env": env,
+                    "gpus": list(s.gpus),
+                    "cwd": req.get("cwd"),
+                }
+            )
+        rec["run"] = {
+            "restart": job.restarts,
+            "parts": dict.fromkeys(by_node),
+            "decided": None,
+            "stopping": None,
+            "allocation": d.allocation.to_wire(),
+        }
+        rec["nodes_ever"] = sorted({*rec.get("nodes_ever", []), *by_node})
+        rec["starts"] = rec.get("starts", 0) + 1
+        self._save(d.job_id)
+        self.metrics.starts.inc()
+        for node, procs in by_node.items():
+            self._outbox.append(
+                (
+                    node,
+                    protocol.encode(
+                        "launch",
+                        job_id=d.job_id,
+                        restart=job.restarts,
+                        processes=procs,
+                        grace=self.opts.grace,
+                    ),
+                )
+            )
+        log.info("start %s (restart %d) on %s", d.job_id, job.restarts, d.allocation.to_wire())
+
+    def _stop_run(self, job_id: str, why: str) -> None:
+        rec = self.records[job_id]
+        run = rec.get("run")
+        if run is None:
+            return
+        run["stopping"] = run["stopping"] or why
+        self._save(job_id)
+        kind = "preempt" if why == "preempt" else "kill"
+        self._send_to_parts(job_id, run, kind)
+        grace = self.opts.grace if kind == "preempt" else 0.0
+        self.deadlines[job_id] = time.monotonic() + grace + max(2.0, self.opts.heartbeat_timeout)
+        log.info("%s %s (restart %d)", why, job_id, run["restart"])
+
+    def _send_to_parts(self, job_id: str, run: dict[str, Any], kind: str) -> None:
+        fields: dict[str, Any] = {"job_id": job_id, "restart": run["restart"]}
+        if kind == "preempt":
+            fields |= {"signal": self.opts.preempt_signal, "grace": self.opts.grace}
+        for node, outcome in run["parts"].items():
+            if outcome is None:
+                self._outbox.append((node, protocol.encode(kind, **fields)))
+        if not self.store._in_tx:
+            outbox, self._outbox = self._outbox, []
+            for node, frame in outbox:
+                self._to_node(node, frame)
+
+    def _to_node(self, node: str, frame: bytes) -> None:
+        route = self.routes.get(node)
+        if route is None:
+            log.warning("node %s is not connected; command dropped (reconciled on register)", node)
+            return
+        self.sock.send_multipart([route, frame])
+
+    # --- parts ending → job exits -------------------------------------------------------
+    def _part_ended(
+        self, job_id: str, node: str, outcome: str, processes: list[dict[str, Any]]
+    ) -> None:
+        """One node's processes of the current run are gone (or the node is)."""
+        rec = self.records[job_id]
+        run = rec["run"]
+        run["parts"][node] = outcome
+        failing = [p for p in processes if p["code"] not in (0, EXIT_CHECKPOINTED, None)]
+        if processes:
+            rec["last_exit"] = {
+                "node": node,
+                "outcome": outcome,
+                "processes": [{k: p[k] for k in ("role", "task_index", "code")} for p in processes],
+            }
+        if outcome == "failed" and run["decided"] != "failed":
+            run["decided"] = "failed"
+            if failing:
+                rec["exit_code"] = failing[0]["code"]
+                rec["log_tail"] = failing[0].get("log_tail") or ""
+        elif outcome in ("completed", "checkpointed", "lost") and run["decided"] is None:
+            run["decided"] = outcome
+        pending = [n for n, o in run["parts"].items() if o is None]
+        if run["decided"] is not None and pending and run["stopping"] is None:
+            run["stopping"] = "stop"  # the others cannot go on without this part
+            self._send_to_parts(job_id, run, "kill")
+        if not pending:
+            self._job_ended(job_id, run)
+        self._save(job_id)
+
+    def _job_ended(self, job_id: str, run: dict[str, Any]) -> None:
+        rec = self.records[job_id]
+        decided, stopping = run["decided"], run["stopping"]
+        if decided in ("failed", "completed"):
+            outcome = ExitOutcome(decided)
+        elif decided == "lost":
+            outcome = ExitOutcome.LOST
+        elif decided == "checkpointed" or stopping in ("preempt", "kill"):
+            outcome = ExitOutcome.CHECKPOINTED
+        else:
+            outcome = ExitOutcome.LOST
+        rec["run"] = None
+        self.deadlines.pop(job_id, None)
+        self._core("exited", job_id=job_id, now=self.clock.now(), outcome=outcome.value)
+        state = self.sched.job(job_id).state
+        if state is JobState.COMPLETED:
+            rec["exit_code"] = 0
+        elif state is JobState.CANCELLED:
+            rec.setdefault("exit_code", 130)
+        log.info(
+            "job %s restart %d ended: %s → %s", job_id, run["restart"], outcome.value, state.value
+        )
+        self._dirty = True
+
+    # --- nodes --------------------------------------------------------------------------
+    def _node_down(self, node: str) -> None:
+        """A silent node: the core stops its jobs' service now; their parts there are lost,
+        survivors elsewhere are killed, and each job is resumed once all its parts are gone."""
+        route = self.routes.pop(node, None)
+        if route is not None:
+            self.nodes_by_route.pop(route, None)
+        self.last_seen.pop(node, None)
+        self.unconfirmed.discard(node)
+        with self._atomic():
+            if node in self.sched.free_gpus():
+                self._core("node_down", name=node, now=self.clock.now())
+            for job_id, rec in self.records.items():
+                run = rec.get("run")
+                if run is not None and _pending(run, node):
+                    self._part_ended(job_id, node, "lost", [])
+        self._dirty = True
+        self._update_gauges()
+
+    # --- messages -----------------------------------------------------------------------
+    def _on_frame(self, rid: bytes, frame: bytes) -> None:
+        try:
+            msg = protocol.decode(frame)
+        except protocol.ProtocolError as e:
+            self._refuse(rid, protocol.request_id(frame), str(e))
+            return
+        t = msg["type"]
+        handler = getattr(self, f"_on_{t}", None)
+        if handler is None:
+            self._refuse(rid, msg.get("id"), f"{t}: not a message the coordinator accepts")
+            return
+        self.metrics.messages.labels(t).inc()
+        node = self.nodes_by_route.get(rid)
+        if node is not None:
+            self.last_seen[node] = time.monotonic()
+        try:
+            reply = handler(rid, msg)
+        except CoreError as e:
+            self._refuse(rid, msg.get("id"), f"{t}: {e}")
+            return
+        except protocol.ProtocolError as e:
+            self._refuse(rid, msg.get("id"), str(e), **getattr(e, "extra", {}))
+            return
+        if reply is not None:
+            self.sock.send_multipart([rid, protocol.ok(msg.get("id"), **reply)])
+
+    def _refuse(self, rid: bytes, req_id: int | None, text: str, **fields: Any) -> None:
+        self.metrics.bad_messages.inc()
+        log.debug("refused a message: %s", text)
+        self.sock.send_multipart([rid, protocol.error(req_id, text, **fields)])
+
+    def _record(self, t: str, job_id: str) -> dict[str, Any]:
+        rec = self.records.get(job_id)
+        if rec is None:
+            raise protocol.ProtocolError(f"{t}: unknown job id {job_id!r}")
+        return rec
+
+    def _agent(self, rid: bytes, t: str, node: str) -> None:
+        """Refuse agent messages from a connection that has not registered as ``node``."""
+        if self.nodes_by_route.get(rid) != node:
+            e = protocol.ProtocolError(
+                f"{t}: node {node!r} is not registered on this connection; register first"
+            )
+            e.extra = {"code": REGISTER}  # type: ignore[attr-defined]
+            raise e
+
+    # client requests
+    def _on_submit(self, rid: bytes, msg: dict[str, Any]) -> dict[str, Any]:
+        try:
+            GangRequest(
+                tuple(msg["argv"]), msg["workers"], msg.get("ps") or 0, bool(msg.get("horovod"))
+            )
+        except ValueError as e:
+            raise protocol.ProtocolError(f"submit: {e}") from None
+        if msg.get("gpus") not in (None, msg["workers"]):
+            raise protocol.ProtocolError(
+                f"submit: 'gpus' ({msg['gpus']}) must equal 'workers' ({msg['workers']}); "
+                f"every worker gets one GPU"
+            )
+        job_id = f"j{self.next_job}"
+        now = self.clock.now()
+        spec = {
+            "job_id": job_id,
+            "gpus": msg["workers"],
+            "arrival": now,
+            "duration": msg.get("duration"),
+            "skew": msg.get("skew"),
+            "model": msg.get("name"),
+        }
+        request = {
+            k: msg[k]
+            for k in ("argv", "workers", "ps", "horovod", "cwd", "env", "name")
+            if msg.get(k) is not None
+        }
+        with self._atomic():
+            self._core("submit", spec=spec, now=now)
+            self.next_job += 1
+            self.store.set_meta("next_job", self.next_job)
+            self.records[job_id] = {
+                "request": request,
+                "submitted": time.time(),
+                "run": None,
+                "skew": msg.get("skew"),
+            }
+            self._save(job_id)
+        self._dirty = True
+        log.info("submitted %s: %s", job_id, " ".join(msg["argv"]))
+        return {"job_id": job_id}
+
+    def _on_cancel(self, rid: bytes, msg: dict[str, Any]) -> dict[str, Any]:
+        job_id = msg["job_id"]
+        self._record("cancel", job_id)
+        with self._atomic():
+            decisions = self._core("cancel", job_id=job_id, now=self.clock.now())
+            self._act(decisions)
+        self._dirty = True
+        return {"job_id": job_id, "state": self.sched.job(job_id).state.value}
+
+    def _on_status(self, rid: bytes, msg: dict[str, Any]) -> dict[str, Any]:
+        now = self.clock.now()
+        if msg.get("job_id"):
+            self._record("status", msg["job_id"])
+            return {"job": self._views([self.sched.job(msg["job_id"])], now)[0]}
+        return {"jobs": self._views(list(self.sched.jobs()), now)}
+
+    def _on_queue(self, rid: bytes, msg: dict[str, Any]) -> dict[str, Any]:
+        now = self.clock.now()
+        return {"jobs": self._views([j for j in self.sched.jobs() if not j.state.finished], now)}
+
+    def _on_nodes(self, rid: bytes, msg: dict[str, Any]) -> dict[str, Any]:
+        now = self.clock.now()
+        used: dict[str, dict[int, str]] = {}
+        for job in self.sched.jobs():
+            if job.allocation is not None and not job.state.finished:
+                for node, gpus in job.allocation.gpus:
+                    used.setdefault(node, {}).update(dict.fromkeys(gpus, job.job_id))
+        mono = time.monotonic()
+        return {
+            "nodes": [
+                node_view(
+                    name,
+                    self.hosts.get(name),
+                    self._node_gpus.get(name, []),
+                    used.get(name, {}),
+                    mono - self.last_seen[name] if name in self.last_seen else None,
+                    name in self.routes,
+                )
+                for name in sorted(self.sched.free_gpus())
+            ],
+            "now": now,
+        }
+
+    def _on_advance(self, rid: bytes, msg: dict[str, Any]) -> dict[str, Any]:
+        if not self.clock.manual:
+            raise protocol.ProtocolError(
+                "advance: the coordinator runs on the wall clock (start it with --manual-clock)"
+            )
+        if msg["seconds"] < 0:
+            raise protocol.ProtocolError("advance: 'seconds' must be >= 0")
+        self.clock.advance(msg["seconds"])
+        self._dirty = True
+        return {"now": self.clock.now()}
+
+    def _on_logs(self, rid: bytes, msg: dict[str, Any]) -> None:
+        rec = self._record("logs", msg["job_id"])
+        req = next(self._fetch_ids)
+        offsets = msg.get("offsets") or {}
+        limit = min(msg.get("limit") or 65536, protocol.MAX_MESSAGE_BYTES // 4)
+        nodes = [n for n in rec.get("nodes_ever", []) if n in self.routes]
+        fetch = LogFetch(rid, msg["id"], set(nodes), time.monotonic() + LOG_FETCH_TIMEOUT)
+        self._fetches[req] = fetch
+        for node in nodes:
+            prefix = f"{node}/"
+            mine = {k[len(prefix) :]: v for k, v in offsets.items() if k.startswith(prefix)}
+            self._to_node(
+                node,
+                protocol.encode(
+                    "fetch_logs", job_id=msg["job_id"], req=req, offsets=mine, limit=limit
+                ),
+            )
+        if not nodes:
+            self._finish_fetch(req)
+
+    def _finish_fetch(self, req: int) -> None:
+        fetch = self._fetches.pop(req)
+        self.sock.send_multipart(
+            [
+                fetch.client,
+                protocol.ok(fetch.req_id, files=fetch.files, missing=sorted(fetch.waiting)),
+            ]
+        )
+
+    # agent messages
+    def _on_log_data(self, rid: bytes, msg: dict[str, Any]) -> None:
+        self._agent(rid, "log_data", msg["node"])
+        fetch = self._fetches.get(msg["req"])
+        if fetch is None:
+            return
+        for name, data in msg["files"].items():
+            fetch.files[f"{msg['node']}/{name}"] = data
+        fetch.waiting.discard(msg["node"])
+        if not fetch.waiting:
+            self._finish_fetch(msg["req"])
+
+    def _on_register(self, rid: bytes, msg: dict[str, Any]) -> dict[str, Any]:
+        node = msg["node"]
+        gpus = sorted(g["index"] for g in msg["gpus"])
+        if not gpus:
+            raise protocol.ProtocolError("register: a node must declare at least one GPU")
+        old = self.routes.get(node)
+        if old is not None and old != rid:
+            self.nodes_by_route.pop(old, None)
+        self.routes[node] = rid
+        self.nodes_by_route[rid] = node
+        self.hosts[node] = msg.get("host") or node
+        self.last_seen[node] = time.monotonic()
+        known = set(self.sched.free_gpus())
+        changed = (
+            self._node_gpus.get(node) is not None
+            and [g["index"] for g in self._node_gpus[node]] != gpus
+        )
+        self._node_gpus[node] = msg["gpus"]
+        running = {r["job_id"]: r["restart"] for r in msg["running"]}
+        with self._atomic():
+            if node in known and changed:
+                self._core("node_down", name=node, now=self.clock.now())
+                known.discard(node)
+            if node not in known:
+                self._core("node_up", name=node, gpus=gpus, now=self.clock.now())
+            self._reconcile(node, running)
+        self.unconfirmed.discard(node)
+        self._dirty = True
+        self._update_gauges()
+        log.info("node %s registered: %d GPUs, %d jobs running", node, len(gpus), len(running))
+        return {"node": node}
+
+    def _reconcile(self, node: str, running: dict[str, int]) -> None:
+        """Make the agent's view and ours agree: kill what we do not expect, lose what it
+        does not have."""
+        for job_id, restart in running.items():
+            run = self.records.get(job_id, {}).get("run")
+            if run is None or run["restart"] != restart or not _pending(run, node):
+                log.warning(
+                    "node %s runs %s restart %d, which it should not; killing it",
+                    node,
+                    job_id,
+                    restart,
+                )
+                self._outbox.append((node, protocol.encode("kill", job_id=job_id, restart=restart)))
+        for job_id, rec in self.records.items():
+            run = rec.get("run")
+            if run is not None and _pending(run, node) and job_id not in running:
+                log.warning("node %s no longer runs %s; it is lost", node, job_id)
+                self._part_ended(job_id, node, "lost", [])
+
+    def _on_heartbeat(self, rid: bytes, msg: dict[str, Any]) -> dict[str, Any]:
+        self._agent(rid, "heartbeat", msg["node"])
+        return {}
+
+    def _on_exited(self, rid: bytes, msg: dict[str, Any]) -> dict[str, Any]:
+        self._agent(rid, "exited", msg["node"])
+        rec = self._record("exited", msg["job_id"])
+        run = rec.get("run")
+        node = msg["node"]
+        if run is None or run["restart"] != msg["restart"] or not _pending(run, node):
+            return {"stale": True}  # already accounted (a resent report) or an old run
+        with self._atomic():
+            self._part_ended(msg["job_id"], node, msg["outcome"], msg["processes"])
+        return {}
+
+    def _on_report(self, rid: bytes, msg: dict[str, Any]) -> None:
+        job_id = msg["job_id"]
+        rec = self._record("report", job_id)
+        progress = rec.setdefault("progress", {})
+        for k in ("step", "iterations", "iter_time", "gpu_time", "checkpoint", "warmup"):
+            if msg.get(k) is not None:
+                progress[k] = msg[k]
+        skew = msg.get("skew")
+        if skew is None and msg.get("tensor_bytes"):
+            sizes = msg["tensor_bytes"]
+            skew = max(sizes) / sum(sizes) if sum(sizes) else None
+        if skew is not None and skew != rec.get("skew"):
+            rec["skew"] = skew
+            with self._atomic():
+                self._core("update_skew", job_id=job_id, skew=float(skew))
+                self._save(job_id)
+        else:
+            self._progress_dirty.add(job_id)
+
+    def _flush_progress(self) -> None:
+        if self._progress_dirty:
+            with self.store.tx():
+                for job_id in self._progress_dirty:
+                    self._save(job_id)
+            self._progress_dirty.clear()
+
+    # --- views --------------------------------------------------------------------------
+    def _views(self, jobs: list[Job], now: float) -> list[dict[str, Any]]:
+        ranks = {j.job_id: i for i, j in enumerate(self.sched.policy.order(now), 1)}
+        return [job_view(j, self.records.get(j.job_id, {}), now, ranks.get(j.job_id)) for j in jobs]
+
+    def _update_gauges(self) -> None:
+        queues: dict[int, int] = {}
+        running = used = 0
+        for job in self.sched.jobs():
+            if job.state is JobState.WAITING:
+                queues[job.queue] = queues.get(job.queue, 0) + 1
+            elif job.state in (JobState.RUNNING, JobState.PREEMPTING):
+                running += 1
+                used += job.gpus
+        for q in range(len(self.opts.thresholds) + 1):
+            self.metrics.queue_length.labels(str(q)).set(queues.get(q, 0))
+        self.metrics.running_jobs.set(running)
+        self.metrics.gpus_in_use.set(used)
+        self.metrics.nodes_up.set(len(self.routes))
+        self.metrics.gpus_total.set(sum(len(self._node_gpus.get(n, [])) for n in self.routes))
+
+
+def _pending(run: dict[str, Any], node: str) -> bool:
+    """Whether ``node``'s part of ``run`` has not ended yet."""
+    return node in run["parts"] and run["parts"][node] is None
+
+
+def _floats(text: str) -> list[float]:
+    try:
+        return [float(x) for x in text.split(",") if x]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected comma-separated numbers") from None
+
+
+def parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="tiresias-coordinator", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--bind", default=Options.bind, help="ZeroMQ address (default %(default)s)")
+    ap.add_argument(
+        "--state",
+        type=Path,
+        default=Options.state,
+        help="state directory (SQLite journal); reuse it to resume after a crash",
+    )
+    ap.add_argument(
+        "--policy",
+        default=Options.policy,
+        help="scheduling policy: tiresias-l (2D-LAS), tiresias-g (2D-Gittins), las, "
+        "fifo/yarn-cs, … (default %(default)s)",
+    )
+    ap.add_argument("--placement", default=Options.placement, help="placement (default skew)")
+    ap.add_argument(
+        "--thresholds",
+        type=_floats,
+        default=[3600.0],
+        help="queue thresholds on attained GPU-seconds, comma-separated "
+        "(K-1 values for K queues; default 3600)",
+    )
+    ap.add_argument(
+        "--promote-knob",
+        type=float,
+        default=float("inf"),
+        help="PROMOTEKNOB for starvation (default inf = off)",
+    )
+    ap.add_argument("--packlimit", type=float, default=None, help="initial PACKLIMIT")
+    ap.add_argument(
+        "--interval",
+        type=float,
+        default=0.0,
+        help="also re-evaluate priorities every N seconds (default: only on events "
+        "and policy wakeups)",
+    )
+    ap.add_argument(
+        "--gittins-history",
+        type=Path,
+        default=None,
+        help="seed file of job service times (GPU-s, one a line) for tiresias-g",
+    )
+    ap.add_argument(
+        "--heartbeat-timeout",
+        type=float,
+        default=Options.heartbeat_timeout,
+        help="seconds without a heartbeat before a node is down (default %(default)s)",
+    )
+    ap.add_argument(
+        "--grace",
+        type=float,
+        default=Options.grace,
+        help="seconds a preempted job gets to checkpoint (default %(default)s)",
+    )
+    ap.add_argument(
+        "--preempt-signal",
+        default=Options.preempt_signal,
+        choices=["SIGTERM", "SIGINT", "SIGUSR1", "SIGUSR2"],
+    )
+    ap.add_argument(
+        "--checkpoint-root",
+        type=Path,
+        default=None,
+        help="checkpoint root shared by all nodes (default STATE/checkpoints)",
+    )
+    ap.add_argument("--metrics-port", type=int, default=None, help="Prometheus HTTP port")
+    ap.add_argument(
+        "--curve-keys",
+        type=Path,
+        default=None,
+        help="CURVE key directory from `tiresias keys generate`; only keys in "
+        "DIR/authorized may connect",
+    )
+    ap.add_argument(
+        "--manual-clock",
+        action="store_true",
+        help="core time advances only on `advance` requests (deterministic tests)",
+    )
+    ap.add_argument(
+        "--port-base",
+        type=int,
+        default=Options.port_base,
+        help="first TCP port handed to jobs' TF/Horovod servers",
+    )
+    return ap
+
+
+def options(args: argparse.Namespace) -> Options:
+    return Options(
+        bind=args.bind,
+        state=args.state,
+        policy=args.policy,
+        placement=args.placement,
+        thresholds=args.thresholds,
+        promote_knob=args.promote_knob,
+        packlimit=args.packlimit,
+        heartbeat_timeout=args.heartbeat_timeout,
+        grace=args.grace,
+        preempt_signal=args.preempt_signal,
+        checkpoint_root=args.checkpoint_root,
+        metrics_port=args.metrics_port,
+        curve_keys=args.curve_keys,
+        manual_clock=args.manual_clock,
+        port_base=args.port_base,
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    try:
+        coord = Coordinator(options(args))
+    except (CoreError, ValueError, OSError) as e:
+        print(f"tiresias-coordinator: {e}", file=sys.stderr)
+        return 2
+    signal.signal(signal.SIGTERM, lambda *_: coord.stop.set())
+    try:
+        coord.run()
+    except KeyboardInterrupt:
+        pass
+    except zmq.ZMQError as e:
+        print(f"tiresias-coordinator: cannot serve on {args.bind}: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,120 @@
+"""SQLite (WAL) journal of everything the coordinator must not lose.
+
+Core state is kept as a snapshot (``Scheduler.export_state``) plus a journal of the core calls
+made since; replaying the journal on a restored snapshot rebuilds the exact scheduler because
+the core is deterministic. Service-side records (a job's request, its current run's parts,
+reported progress) live in a per-job row. Every change is committed before the coordinator
+acts on it, so a ``kill -9`` can lose a command never sent (reconciled later) but never make
+one twice.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import msgpack
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value BLOB NOT NULL);
+CREATE TABLE IF NOT EXISTS snapshot (id INTEGER PRIMARY KEY CHECK (id = 1),
+                                     seq INTEGER NOT NULL, state BLOB NOT NULL);
+CREATE TABLE IF NOT EXISTS journal (seq INTEGER PRIMARY KEY, event BLOB NOT NULL);
+CREATE TABLE IF NOT EXISTS jobs (job_id TEXT PRIMARY KEY, seq INTEGER NOT NULL,
+                                 record BLOB NOT NULL);
+"""
+
+
+def _pack(value: Any) -> bytes:
+    return msgpack.packb(value, use_bin_type=True)
+
+
+def _unpack(blob: bytes) -> Any:
+    return msgpack.unpackb(blob, raw=False, strict_map_key=False)
+
+
+class Store:
+    """One coordinator's state directory. Not thread-safe: the event loop owns it."""
+
+    def __init__(self, directory: Path) -> None:
+        directory.mkdir(parents=True, exist_ok=True)
+        self.path = directory / "coordinator.sqlite"
+        # built on one thread, then owned by the event loop's thread (embedded tiresias-run)
+        self.db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+        self.db.execute("PRAGMA journal_mode=WAL")
+        self.db.execute("PRAGMA synchronous=NORMAL")
+        self.db.executescript(SCHEMA)
+        self._in_tx = False
+        row = self.db.execute("SELECT MAX(seq) FROM journal").fetchone()
+        snap = self.db.execute("SELECT seq FROM snapshot").fetchone()
+        self.seq = max(row[0] or 0, snap[0] if snap else 0)
+        self.since_snapshot = 0
+
+    @contextmanager
+    def tx(self) -> Iterator[None]:
+        """Group writes; commit on leaving (nested uses join the outer transaction)."""
+        if self._in_tx:
+            yield
+            return
+        self.db.execute("BEGIN IMMEDIATE")
+        self._in_tx = True
+        try:
+            yield
+        except BaseException:
+            self.db.execute("ROLLBACK")
+            raise
+        else:
+            self.db.execute("COMMIT")
+        finally:
+            self._in_tx = False
+
+    # --- core journal -----------------------------------------------------------------
+    def append(self, kind: str, args: dict[str, Any]) -> None:
+        self.seq += 1
+        self.since_snapshot += 1
+        self.db.execute("INSERT INTO journal VALUES (?, ?)", (self.seq, _pack([kind, args])))
+
+    def save_snapshot(self, state: dict[str, Any]) -> None:
+        """Replace the snapshot and drop the journal it covers."""
+        with self.tx():
+            self.db.execute(
+                "INSERT OR REPLACE INTO snapshot VALUES (1, ?, ?)", (self.seq, _pack(state))
+            )
+            self.db.execute("DELETE FROM journal WHERE seq <= ?", (self.seq,))
+        self.since_snapshot = 0
+
+    def load(self) -> tuple[dict[str, Any] | None, list[tuple[str, dict[str, Any]]]]:
+        """(snapshot or None, journal events after it, in order)."""
+        snap = self.db.execute("SELECT seq, state FROM snapshot").fetchone()
+        start = snap[0] if snap else 0
+        events = [
+            tuple(_unpack(blob))
+            for (blob,) in self.db.execute(
+                "SELECT event FROM journal WHERE seq > ? ORDER BY seq", (start,)
+            )
+        ]
+        self.since_snapshot = len(events)
+        return (_unpack(snap[1]) if snap else None), events  # type: ignore[return-value]
+
+    # --- service records --------------------------------------------------------------
+    def put_job(self, job_id: str, record: dict[str, Any]) -> None:
+        self.db.execute(
+            "INSERT OR REPLACE INTO jobs VALUES (?, ?, ?)", (job_id, self.seq, _pack(record))
+        )
+
+    def jobs(self) -> Iterator[tuple[str, dict[str, Any]]]:
+        for job_id, blob in self.db.execute("SELECT job_id, record FROM jobs ORDER BY rowid"):
+            yield job_id, _unpack(blob)
+
+    def get_meta(self, key: str, default: Any = None) -> Any:
+        row = self.db.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+        return _unpack(row[0]) if row else default
+
+    def set_meta(self, key: str, value: Any) -> None:
+        self.db.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (key, _pack(value)))
+
+    def close(self) -> None:
+        self.db.close()

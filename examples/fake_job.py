@@ -1,0 +1,92 @@
+"""A light stand-in for a training job, for demos and service tests (no TensorFlow).
+
+It "trains" for ``--steps`` steps of ``--step-time`` seconds. On the preemption signal it
+finishes the current step, saves the step number to ``$TIRESIAS_CHECKPOINT_DIR/step`` (written
+to a temporary name, then renamed) and exits 75; on restart it resumes from that step. Every
+step is printed, so the log shows exactly where each run started and stopped.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+EXIT_CHECKPOINTED = 75
+
+
+def _reporter() -> Any:
+    """Progress reports through the Tiresias runtime, when it is installed and we run under a
+    coordinator; the job works the same without."""
+    if not os.environ.get("TIRESIAS_COORDINATOR"):
+        return None
+    try:
+        from tiresias_launch import env
+        from tiresias_launch.report import Reporter
+    except ImportError:
+        return None
+    return Reporter(env.parse(), interval=0.5)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--steps", type=int, default=20)
+    ap.add_argument("--step-time", type=float, default=0.1)
+    ap.add_argument("--fail-at", type=int, default=None, help="exit 3 at this step")
+    ap.add_argument(
+        "--ignore-signal",
+        action="store_true",
+        help="ignore the preemption signal (to test the grace-period kill)",
+    )
+    args = ap.parse_args()
+
+    ckpt_dir = Path(os.environ.get("TIRESIAS_CHECKPOINT_DIR", "fake-job-checkpoint"))
+    chief = os.environ.get("TIRESIAS_ROLE", "chief") == "chief"
+    ckpt = ckpt_dir / "step"
+    step = int(ckpt.read_text()) if ckpt.exists() else 0
+    restart = os.environ.get("TIRESIAS_RESTART_COUNT", "0")
+    print(
+        f"start at step {step} (restart {restart}, "
+        f"GPUs {os.environ.get('CUDA_VISIBLE_DEVICES')!r})",
+        flush=True,
+    )
+
+    reporter = _reporter()
+    stop = False
+
+    def on_signal(signum: int, _frame: object) -> None:
+        nonlocal stop
+        print(f"got {signal.Signals(signum).name}", flush=True)
+        stop = not args.ignore_signal
+
+    preempt = os.environ.get("TIRESIAS_PREEMPT_SIGNAL", "SIGTERM")
+    for sig in {signal.Signals[preempt], signal.SIGUSR1, signal.SIGUSR2}:
+        signal.signal(sig, on_signal)
+
+    while step < args.steps:
+        if stop:
+            if chief:
+                ckpt_dir.mkdir(parents=True, exist_ok=True)
+                tmp = ckpt.with_suffix(".tmp")
+                tmp.write_text(str(step))
+                tmp.rename(ckpt)
+            print(f"checkpointed at step {step}", flush=True)
+            return EXIT_CHECKPOINTED
+        time.sleep(args.step_time)
+        step += 1
+        print(f"step {step}", flush=True)
+        if reporter is not None:
+            reporter.step_done(step, args.step_time)
+        if step == args.fail_at:
+            print(f"failing at step {step}", flush=True)
+            return 3
+    print(f"done after {step} steps", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,185 @@
+"""``tiresias-run``: run one job under Tiresias and behave like the job itself.
+
+It submits the job, streams its logs, and exits with the job's exit code; Ctrl-C cancels the
+job. With ``--coordinator`` it uses a running cluster; without, it starts an embedded
+coordinator and a local agent in this process, so the first command on a fresh machine works.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import sys
+import tempfile
+import threading
+from pathlib import Path
+from typing import Any
+
+from coordinator.cli import follow_logs, log_writer
+from coordinator.service.agent import Agent, discover_gpus, nvml_gpus
+from coordinator.service.client import Client, RequestError, client_keys
+from coordinator.service.coordinator import Coordinator, Options
+
+FINISHED = ("completed", "failed", "cancelled")
+
+
+class Embedded:
+    """A coordinator and one agent on loopback, each on its own thread."""
+
+    def __init__(self, state: Path, gpus: list[dict[str, Any]], grace: float) -> None:
+        self.coordinator = Coordinator(Options(bind="tcp://127.0.0.1:*", state=state, grace=grace))
+        self._threads = [
+            threading.Thread(target=self.coordinator.run, daemon=True, name="coordinator")
+        ]
+        self._threads[0].start()
+        if not self.coordinator.ready.wait(10):
+            raise RuntimeError("the embedded coordinator did not start")
+        self.address = self.coordinator.address
+        self.agent = Agent(self.address, gpus, name="local", workdir=state / "agent")
+        self._threads.append(threading.Thread(target=self.agent.run, daemon=True, name="agent"))
+        self._threads[1].start()
+        if not self.agent.registered.wait(10):
+            raise RuntimeError("the embedded agent did not register")
+
+    def close(self) -> None:
+        self.agent.stop.set()
+        self.coordinator.stop.set()
+        for t in self._threads:
+            t.join(5)
+
+
+def local_gpus(requested: int | None, needed: int) -> list[dict[str, Any]]:
+    """NVML's GPUs, else ``--gpus`` virtual ones, else just enough for the job."""
+    if requested is not None:
+        return discover_gpus(str(requested))
+    return nvml_gpus() or discover_gpus(str(needed))
+
+
+def parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="tiresias-run", description=__doc__.split("\n\n")[0])
+    ap.add_argument(
+        "--coordinator",
+        default=None,
+        help="use this coordinator; without it, run an embedded one locally",
+    )
+    ap.add_argument("--workers", type=int, default=1, help="workers, one GPU each (W_J)")
+    ap.add_argument("--ps", type=int, default=0, help="parameter servers")
+    ap.add_argument("--horovod", action="store_true", help="run as Horovod ranks")
+    ap.add_argument(
+        "--gpus",
+        type=int,
+        default=None,
+        help="embedded mode: virtual GPUs of the local node when NVML is absent",
+    )
+    ap.add_argument(
+        "--state",
+        type=Path,
+        default=None,
+        help="embedded mode: state directory (default: a temporary one)",
+    )
+    ap.add_argument(
+        "--grace",
+        type=float,
+        default=30.0,
+        help="embedded mode: seconds a preempted job gets to checkpoint",
+    )
+    ap.add_argument("--curve-keys", default=None, help="CURVE key directory")
+    ap.add_argument("--name", default=None, help="job name")
+    ap.add_argument("-v", "--verbose", action="store_true", help="show service logs")
+    ap.add_argument("script")
+    ap.add_argument("args", nargs=argparse.REMAINDER)
+    return ap
+
+
+def run_job(client: Client, args: argparse.Namespace) -> int:
+    """Submit, stream logs until the job ends, return its exit code; SIGINT cancels it."""
+    script = Path(args.script)
+    job_id = client.request(
+        "submit",
+        argv=[str(script.resolve()) if script.exists() else args.script, *args.args],
+        workers=args.workers,
+        ps=args.ps,
+        horovod=args.horovod,
+        cwd=os.getcwd(),
+        name=args.name or script.name,
+    )["job_id"]
+    print(f"tiresias-run: job {job_id} submitted to {client.address}", file=sys.stderr)
+    cancelled = threading.Event()
+
+    def on_sigint(*_: object) -> None:
+        if not cancelled.is_set():
+            cancelled.set()
+            print(f"\ntiresias-run: cancelling {job_id}", file=sys.stderr)
+
+    previous = signal.signal(signal.SIGINT, on_sigint)
+    state: dict[str, Any] = {}
+
+    def finished() -> bool:
+        if cancelled.is_set() and not state.get("cancel_sent"):
+            client.request("cancel", job_id=job_id)
+            state["cancel_sent"] = True
+        state.update(client.request("status", job_id=job_id)["job"])
+        if state["state"] != state.get("shown"):
+            state["shown"] = state["state"]
+            print(f"tiresias-run: {job_id} {state['state']}", file=sys.stderr)
+        return state["state"] in FINISHED
+
+    try:
+        follow_logs(
+            client, job_id, log_writer(args.workers + args.ps > 1), until=finished, interval=0.3
+        )
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if state["state"] == "completed":
+        return 0
+    if state["state"] == "cancelled":
+        return 130
+    print(f"tiresias-run: {job_id} failed with exit code {state.get('exit_code')}", file=sys.stderr)
+    code = state.get("exit_code")
+    return code if isinstance(code, int) and 0 < code < 256 else 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    logging.basicConfig(
+        level=logging.INFO if args.verbose else logging.WARNING,
+        format="%(asctime)s %(name)s %(message)s",
+    )
+    embedded = None
+    tmp = None
+    try:
+        if args.coordinator is None:
+            if args.state is None:
+                tmp = tempfile.TemporaryDirectory(prefix="tiresias-run-")
+                args.state = Path(tmp.name)
+            gpus = local_gpus(args.gpus, args.workers)
+            if len(gpus) < args.workers:
+                print(
+                    f"tiresias-run: the job needs {args.workers} GPUs but this machine has "
+                    f"{len(gpus)} (pass --gpus N for virtual GPUs)",
+                    file=sys.stderr,
+                )
+                return 2
+            embedded = Embedded(args.state.resolve(), gpus, args.grace)
+            address = embedded.address
+        else:
+            address = args.coordinator
+        with Client(address, client_keys(args.curve_keys)) as client:
+            return run_job(client, args)
+    except RequestError as e:
+        print(f"tiresias-run: {e}", file=sys.stderr)
+        return 1
+    except (OSError, ValueError, RuntimeError) as e:
+        print(f"tiresias-run: {e}", file=sys.stderr)
+        return 2
+    finally:
+        if embedded is not None:
+            embedded.close()
+        if tmp is not None:
+            tmp.cleanup()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
