@@ -1,0 +1,127 @@
+"""Skew S_J (Tiresias §3.3.1): the share of a job's aggregation bytes carried by its busiest
+parameter server. High skew means one PS is the bottleneck, so spreading the job over machines
+hurts it more; the placement compares S_J with PACKLIMIT."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from ibverbs_tap.profile import ProcessProfile
+
+ASSIGNMENTS = ("round-robin", "greedy")
+
+
+def skew(bytes_per_ps: Mapping[Any, float] | Sequence[float]) -> float:
+    """max / sum of the bytes each parameter server carried."""
+    values = list(bytes_per_ps.values() if isinstance(bytes_per_ps, Mapping) else bytes_per_ps)
+    if not values:
+        raise ValueError("skew needs the bytes of at least one parameter server")
+    if any(v < 0 for v in values):
+        raise ValueError(f"negative byte counts: {values}")
+    total = sum(values)
+    if total <= 0:
+        raise ValueError("no aggregation traffic: every parameter server carried 0 bytes")
+    return max(values) / total
+
+
+def assign_tensors(sizes: Sequence[int], num_ps: int, assignment: str = "round-robin") -> list[int]:
+    """Bytes each PS holds when TF places tensors in creation order: ``round-robin``
+    (replica_device_setter's default, ParameterServerStrategy's variable placement) or
+    ``greedy`` (GreedyLoadBalancingStrategy: the least-loaded PS, lowest index on ties)."""
+    if num_ps < 1:
+        raise ValueError(f"num_ps must be at least 1, not {num_ps}")
+    if assignment not in ASSIGNMENTS:
+        raise ValueError(f"unknown assignment {assignment!r}; use one of {ASSIGNMENTS}")
+    loads = [0] * num_ps
+    for i, size in enumerate(sizes):
+        if size < 0:
+            raise ValueError(f"tensor {i} has negative size {size}")
+        ps = i % num_ps if assignment == "round-robin" else loads.index(min(loads))
+        loads[ps] += size
+    return loads
+
+
+def skew_from_tensor_sizes(
+    sizes: Sequence[int], num_ps: int, assignment: str = "round-robin"
+) -> float:
+    """S_J predicted from the model's tensor sizes (bytes), in creation order: every tensor
+    is pulled and its gradient pushed once per step, so PS traffic is proportional to the bytes
+    each PS holds."""
+    return skew(assign_tensors(sizes, num_ps, assignment))
+
+
+def largest_class_share(sizes: Iterable[int]) -> float:
+    """Skew of an all-reduce job: the share of bytes in its largest log2 message-size class."""
+    by_class: dict[int, int] = {}
+    for s in sizes:
+        if s > 0:
+            by_class[s.bit_length() - 1] = by_class.get(s.bit_length() - 1, 0) + s
+    if not by_class:
+        raise ValueError("no tensors with bytes")
+    return by_class[max(by_class)] / sum(by_class.values())
+
+
+def ps_addresses_from_tf_config(tf_config: str | Mapping[str, Any]) -> list[str]:
+    """The ``ps`` task addresses of a TF_CONFIG given as JSON text, a path, or a mapping."""
+    if isinstance(tf_config, str):
+        text = tf_config
+        if not text.lstrip().startswith("{"):
+            text = Path(tf_config).read_text()
+        try:
+            tf_config = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"TF_CONFIG is not valid JSON: {e}") from None
+    ps = tf_config.get("cluster", {}).get("ps", [])
+    if not ps:
+        raise ValueError("TF_CONFIG has no cluster.ps addresses")
+    return list(ps)
+
+
+def tf_config_of(pid: int) -> str | None:
+    """TF_CONFIG from a process's environment, if it has one and we may read it."""
+    try:
+        environ = Path(f"/proc/{pid}/environ").read_bytes()
+    except OSError:
+        return None
+    for entry in environ.split(b"\0"):
+        if entry.startswith(b"TF_CONFIG="):
+            return entry.split(b"=", 1)[1].decode()
+    return None
+
+
+def _endpoints(address: str) -> set[tuple[str, int]]:
+    host, sep, port = address.rpartition(":")
+    if not sep or not port.isdigit():
+        raise ValueError(f"parameter server address {address!r} is not host:port")
+    host = host.strip("[]")
+    try:
+        infos = socket.getaddrinfo(host, int(port), type=socket.SOCK_STREAM)
+    except socket.gaierror as e:
+        raise ValueError(f"cannot resolve parameter server {address!r}: {e}") from None
+    return {(str(info[4][0]), int(port)) for info in infos}
+
+
+def bytes_per_ps(profiles: Iterable[ProcessProfile], ps_addresses: Sequence[str]) -> dict[str, int]:
+    """Bytes (both directions) the given processes exchanged with each parameter server,
+    counted on the client side: connections whose peer is the PS's listening address."""
+    endpoints = {a: _endpoints(a) for a in ps_addresses}
+    totals = dict.fromkeys(ps_addresses, 0)
+    for prof in profiles:
+        for peer in prof.peers:
+            if peer.kind != "tcp":
+                continue
+            for address, eps in endpoints.items():
+                if (peer.host, peer.port) in eps:
+                    totals[address] += peer.total_bytes
+    return totals
+
+
+def ps_addresses_from_env() -> list[str] | None:
+    """PS addresses from this process's TF_CONFIG, if set."""
+    tf_config = os.environ.get("TF_CONFIG")
+    return ps_addresses_from_tf_config(tf_config) if tf_config else None
