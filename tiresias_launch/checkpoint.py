@@ -1,0 +1,200 @@
+"""Crash-safe checkpoint directories: ``<checkpoint dir>/ckpt-<step>/`` plus a manifest.
+
+Write protocol: files go into ``.tmp-ckpt-<step>-<pid>/``, every file and the directory are
+fsynced, ``MANIFEST.json`` (the completeness marker) is written and fsynced last, then the
+directory is renamed to its final name and the parent fsynced. A directory without a valid
+manifest is never restored, so a process killed mid-write leaves the previous checkpoint as
+the newest complete one. The manifest also pins the job id and the model fingerprint so a
+directory from another job or another model fails with a clear error instead of a shape error.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+MANIFEST = "MANIFEST.json"
+PREFIX = "ckpt-"
+TMP_PREFIX = ".tmp-" + PREFIX
+#: Test hook: a file path. ``save`` creates it once the data files are written (before the
+#: manifest and the rename) and waits until it is deleted, so a test can SIGKILL the writer at
+#: exactly that point without sleeping.
+PAUSE_HOOK = "TIRESIAS_CHECKPOINT_PAUSE_FILE"
+
+
+class CheckpointError(RuntimeError):
+    """No usable checkpoint, or one that belongs to another job or model."""
+
+
+@dataclass(frozen=True)
+class Manifest:
+    step: int
+    job_id: str
+    fingerprint: str
+    variables: list[str]  # "name shape dtype", for readable mismatch errors
+    files: dict[str, int]  # relative path → size in bytes
+    position: dict[str, Any] = field(default_factory=dict)  # framework data position
+    created: float = 0.0
+
+    @property
+    def bytes(self) -> int:
+        return sum(self.files.values())
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    path: Path
+    manifest: Manifest
+
+
+def describe_variables(variables: Iterable[Any]) -> list[str]:
+    """Stable "name shape dtype" lines for TF/Keras variables (``path`` when Keras has one)."""
+    lines = []
+    for v in variables:
+        name = getattr(v, "path", None) or v.name
+        dtype = getattr(v.dtype, "name", str(v.dtype))
+        lines.append(f"{name} {list(v.shape)} {dtype}")
+    return lines
+
+
+def fingerprint(described: Sequence[str]) -> str:
+    return hashlib.sha256("\n".join(described).encode()).hexdigest()[:16]
+
+
+def _fsync_path(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _wait_for_pause_hook() -> None:
+    hook = os.environ.get(PAUSE_HOOK)
+    if not hook:
+        return
+    Path(hook).touch()
+    while Path(hook).exists():
+        time.sleep(0.01)
+
+
+class CheckpointStore:
+    """The checkpoint directory of one job: atomic saves, newest-complete restores, pruning."""
+
+    def __init__(self, root: Path, job_id: str, keep: int = 3) -> None:
+        self.root = root
+        self.job_id = job_id
+        self.keep = keep
+
+    def complete(self) -> list[Checkpoint]:
+        """Complete checkpoints, newest first; incomplete or unreadable ones are skipped."""
+        found = []
+        if not self.root.is_dir():
+            return found
+        for d in self.root.iterdir():
+            if not d.name.startswith(PREFIX):
+                continue
+            try:
+                raw = json.loads((d / MANIFEST).read_text())
+                found.append(Checkpoint(d, Manifest(**raw)))
+            except (OSError, ValueError, TypeError):
+                continue
+        return sorted(found, key=lambda c: c.manifest.step, reverse=True)
+
+    def save(
+        self,
+        step: int,
+        described: Sequence[str],
+        write: Callable[[Path], None],
+        position: dict[str, Any] | None = None,
+    ) -> Checkpoint:
+        """Write a checkpoint of ``step`` through ``write(tmp_dir)``; returns it once durable."""
+        self.root.mkdir(parents=True, exist_ok=True)
+        tmp = self.root / f"{TMP_PREFIX}{step:012d}-{os.getpid()}"
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir()
+        write(tmp)
+        files = {}
+        for f in sorted(p for p in tmp.rglob("*") if p.is_file()):
+            _fsync_path(f)
+            files[str(f.relative_to(tmp))] = f.stat().st_size
+        _wait_for_pause_hook()
+        manifest = Manifest(
+            step=step,
+            job_id=self.job_id,
+            fingerprint=fingerprint(described),
+            variables=list(described),
+            files=files,
+            position=dict(position or {}),
+            created=time.time(),
+        )
+        with open(tmp / MANIFEST, "w") as fh:
+            json.dump(asdict(manifest), fh, indent=1)
+            fh.flush()
+            os.fsync(fh.fileno())
+        _fsync_path(tmp)
+        final = self.root / f"{PREFIX}{step:012d}"
+        if final.exists():  # same step saved again (preempted before any new step): replace
+            shutil.rmtree(final)
+        os.rename(tmp, final)
+        _fsync_path(self.root)
+        self._prune()
+        return Checkpoint(final, manifest)
+
+    def _prune(self) -> None:
+        for old in self.complete()[self.keep :]:
+            shutil.rmtree(old.path, ignore_errors=True)
+
+    def remove_stale_temporaries(self) -> None:
+        """Delete half-written directories left by a process killed mid-save."""
+        if self.root.is_dir():
+            for d in self.root.glob(TMP_PREFIX + "*"):
+                shutil.rmtree(d, ignore_errors=True)
+
+    def check_compatible(self, ckpt: Checkpoint, described: Sequence[str]) -> None:
+        """Raise CheckpointError naming the difference if ``ckpt`` is not ours to restore."""
+        m = ckpt.manifest
+        if m.job_id != self.job_id:
+            raise CheckpointError(
+                f"{ckpt.path} belongs to job {m.job_id!r}, not {self.job_id!r}: "
+                "point TIRESIAS_CHECKPOINT_DIR at this job's own directory"
+            )
+        if m.fingerprint != fingerprint(described):
+            ours, theirs = list(described), m.variables
+            diff = next(
+                (
+                    f"checkpoint has {a!r}, model has {b!r}"
+                    for a, b in zip(theirs, ours, strict=False)
+                    if a != b
+                ),
+                f"checkpoint has {len(theirs)} variables, model has {len(ours)}",
+            )
+            raise CheckpointError(f"{ckpt.path} was written by a different model: {diff}")
+
+    def restore(
+        self, described: Sequence[str], read: Callable[[Checkpoint], None]
+    ) -> Checkpoint | None:
+        """Restore the newest complete checkpoint through ``read``; on a damaged one fall back
+        to the previous. ``None`` when there is none (first start)."""
+        candidates = self.complete()
+        failures = []
+        for ckpt in candidates:
+            self.check_compatible(ckpt, described)
+            try:
+                read(ckpt)
+            except CheckpointError:
+                raise
+            except Exception as e:  # a damaged checkpoint: try the previous one
+                failures.append(f"{ckpt.path.name}: {type(e).__name__}: {e}")
+                continue
+            return ckpt
+        if failures:
+            raise CheckpointError("every complete checkpoint is damaged:\n" + "\n".join(failures))
+        return None

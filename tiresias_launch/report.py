@@ -1,0 +1,166 @@
+"""Progress reports to the coordinator, built and sent off the training thread.
+
+The training thread only bumps counters under an uncontended lock (well under a microsecond).
+A daemon thread wakes every ``interval`` seconds, turns the counters into one ``report``
+message (docs/contracts.md) and sends it on a DEALER socket without blocking; while the
+coordinator is unreachable messages wait in a bounded queue that drops the oldest.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import os
+import threading
+import time
+from typing import Any
+
+import msgpack
+import zmq
+
+from tiresias_launch.env import LaunchEnv
+
+PROTOCOL_VERSION = 1
+log = logging.getLogger(__name__)
+
+
+class GpuClock:
+    """Cumulative GPU-seconds of this process: NVML accounting where the driver keeps it for
+    our pid, otherwise allocated GPUs × wall time (what the scheduler charges anyway)."""
+
+    def __init__(self, gpus: int) -> None:
+        self.gpus = gpus
+        self.start = time.monotonic()
+        self._handles = self._nvml_handles() if gpus else []
+
+    @staticmethod
+    def _nvml_handles() -> list[Any]:
+        try:
+            import pynvml
+
+            pynvml.nvmlInit()
+            visible = os.environ.get("CUDA_VISIBLE_DEVICES", "")
+            indices = [int(i) for i in visible.split(",") if i.strip().isdigit()]
+            handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in indices]
+            for h in handles:  # accounting must be on, or per-process time is unknown
+                pynvml.nvmlDeviceGetAccountingStats(h, os.getpid())
+            return handles
+        except Exception:  # no NVML, no GPU, or accounting off: fall back to wall time
+            return []
+
+    def seconds(self) -> float:
+        if self._handles:
+            import pynvml
+
+            try:
+                return sum(
+                    pynvml.nvmlDeviceGetAccountingStats(h, os.getpid()).time / 1000.0
+                    for h in self._handles
+                )
+            except Exception:
+                self._handles = []
+        return self.gpus * (time.monotonic() - self.start)
+
+
+class Reporter:
+    """Aggregates step timings and one-off facts; ``close`` flushes what is left."""
+
+    def __init__(self, env: LaunchEnv, interval: float = 1.0, queue_size: int = 64) -> None:
+        self.env = env
+        self.interval = interval
+        self.step = 0
+        self._iterations = 0
+        self._iter_seconds = 0.0
+        self._pending: dict[str, Any] = {}
+        self._lock = threading.Lock()
+        self._queue: collections.deque[bytes] = collections.deque(maxlen=queue_size)
+        self.dropped = 0
+        self._gpu = GpuClock(env.gpus)
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        if env.coordinator:
+            self._thread = threading.Thread(target=self._run, name="tiresias-report", daemon=True)
+            self._thread.start()
+
+    @property
+    def enabled(self) -> bool:
+        return self._thread is not None
+
+    def step_done(self, step: int, seconds: float) -> None:
+        """Called on the training thread once per iteration."""
+        with self._lock:
+            self.step = step
+            self._iterations += 1
+            self._iter_seconds += seconds
+
+    def note(self, **fields: Any) -> None:
+        """One-off facts (checkpoint, warmup, skew, tensor_bytes) for the next report."""
+        with self._lock:
+            self._pending.update(fields)
+
+    def message(self) -> dict[str, Any] | None:
+        """Drain the counters into one report; ``None`` when there is nothing new."""
+        with self._lock:
+            if not self._iterations and not self._pending:
+                return None
+            n, total, pending = self._iterations, self._iter_seconds, self._pending
+            self._iterations, self._iter_seconds, self._pending = 0, 0.0, {}
+            step = self.step
+        e = self.env
+        return {
+            "type": "report",
+            "v": PROTOCOL_VERSION,
+            "job_id": e.job_id,
+            "role": e.role,
+            "task_index": e.task_index,
+            "restart": e.restart,
+            "step": step,
+            "iterations": n,
+            "iter_time": total / n if n else 0.0,
+            "gpu_time": self._gpu.seconds(),
+            "checkpoint": pending.get("checkpoint"),
+            "warmup": pending.get("warmup"),
+            "skew": pending.get("skew"),
+            "tensor_bytes": pending.get("tensor_bytes"),
+        }
+
+    def _enqueue(self) -> None:
+        msg = self.message()
+        if msg is not None:
+            if len(self._queue) == self._queue.maxlen:
+                self.dropped += 1
+            self._queue.append(msgpack.packb(msg))
+
+    def _run(self) -> None:
+        ctx = zmq.Context.instance()
+        sock = ctx.socket(zmq.DEALER)
+        sock.setsockopt(zmq.IMMEDIATE, 1)  # never queue inside zmq for an absent peer
+        sock.setsockopt(zmq.LINGER, 1000)
+        sock.connect(self.env.coordinator or "")
+        try:
+            while True:
+                stopping = self._stop.wait(self.interval)
+                self._enqueue()
+                self._send(sock, patience=1.0 if stopping else 0.0)
+                if stopping:
+                    return
+        finally:
+            sock.close()
+
+    def _send(self, sock: zmq.Socket, patience: float) -> None:
+        deadline = time.monotonic() + patience
+        while self._queue:
+            try:
+                sock.send(self._queue[0], zmq.NOBLOCK)
+            except zmq.Again:
+                if time.monotonic() >= deadline:
+                    return  # coordinator unreachable: keep (bounded) and retry next tick
+                time.sleep(0.01)
+                continue
+            self._queue.popleft()
+
+    def close(self) -> None:
+        """Send the last report (waiting up to ~1 s for the coordinator) and stop."""
+        if self._thread is not None:
+            self._stop.set()
+            self._thread.join(timeout=3.0)

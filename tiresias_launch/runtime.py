@@ -1,0 +1,178 @@
+"""The per-process runtime: preemption flag, checkpoint store, reporter, warm-up accounting,
+and the step-boundary decision "stop now?" agreed with the other processes of the gang.
+
+Framework adapters (``tiresias_launch.tensorflow``, ``.keras``) call :meth:`Runtime.restore`
+once, :meth:`Runtime.step_done` after every iteration, and :meth:`Runtime.stop` when
+:meth:`Runtime.should_stop` says so. Everything framework-specific is passed in as callables.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import sys
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import Any, NoReturn
+
+from tiresias_launch import EXIT_CHECKPOINTED
+from tiresias_launch import env as E
+from tiresias_launch.checkpoint import Checkpoint, CheckpointStore
+from tiresias_launch.report import Reporter
+from tiresias_launch.signals import PreemptFlag
+
+#: Agreement may cost at most this share of step time (it sets how often peers agree).
+AGREEMENT_BUDGET = 0.01
+MAX_AGREEMENT_INTERVAL = 100
+
+ReduceSum = Callable[[Sequence[float]], Sequence[float]]
+
+
+def process_start_time() -> float:
+    """Wall-clock time this process was started (Linux /proc), else now."""
+    try:
+        with open("/proc/self/stat") as fh:
+            ticks = int(fh.read().rsplit(")", 1)[1].split()[19])
+        with open("/proc/stat") as fh:
+            btime = next(int(line.split()[1]) for line in fh if line.startswith("btime"))
+        return btime + ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError, StopIteration):
+        return time.time()
+
+
+class Agreement:
+    """Decides, identically on every rank, at which step a multi-process gang stops.
+
+    Each check is one collective ``reduce_sum([flag, proposed interval])``: any rank with the
+    flag set stops everyone at this same step. Ranks propose how many steps to wait until the
+    next check so that the collective costs about AGREEMENT_BUDGET of step time; everyone uses
+    the reduced mean, so the schedule stays identical on all ranks without extra messages.
+    """
+
+    def __init__(self, reduce_sum: ReduceSum, size: int) -> None:
+        self.reduce_sum = reduce_sum
+        self.size = size
+        self.next_check = 0
+        self.checks = 0
+        self._collective_seconds = 0.0
+
+    def should_stop(self, step: int, local_flag: bool, mean_step_seconds: float) -> bool:
+        if step < self.next_check:
+            return False
+        proposal = self._proposal(mean_step_seconds)
+        t0 = time.perf_counter()
+        flag_sum, proposal_sum = self.reduce_sum([float(local_flag), float(proposal)])
+        self._collective_seconds = time.perf_counter() - t0
+        self.checks += 1
+        self.next_check = step + max(1, round(proposal_sum / self.size))
+        return flag_sum > 0
+
+    def _proposal(self, mean_step_seconds: float) -> int:
+        if mean_step_seconds <= 0 or self.checks < 2:  # first checks include tracing
+            return 1
+        ideal = self._collective_seconds / (AGREEMENT_BUDGET * mean_step_seconds)
+        return min(MAX_AGREEMENT_INTERVAL, max(1, math.ceil(ideal)))
+
+
+class Runtime:
+    """One per process (see :func:`get_runtime`)."""
+
+    def __init__(self, launch_env: E.LaunchEnv | None = None) -> None:
+        self.env = launch_env or E.parse()
+        self.flag = PreemptFlag()
+        if threading.current_thread() is threading.main_thread():
+            self.flag.install(self.env.preempt_signals)
+        self.store = CheckpointStore(
+            self.env.checkpoint_dir, self.env.job_id, keep=self.env.keep_checkpoints
+        )
+        self.reporter = Reporter(self.env)
+        self.started = process_start_time()
+        self.restored_step: int | None = None
+        self.agreement: Agreement | None = None
+        self.barrier: Callable[[], None] | None = None
+        self._warmup: dict[str, float] | None = None
+        self._steps = 0
+        self._step_seconds = 0.0
+
+    # -- resume -------------------------------------------------------------------------
+    def restore(
+        self, described: Sequence[str], read: Callable[[Checkpoint], None]
+    ) -> Checkpoint | None:
+        """Restore the newest usable checkpoint (every process reads it) and time it."""
+        t0 = time.time()
+        if self.env.is_chief:
+            self.store.remove_stale_temporaries()
+        ckpt = self.store.restore(described, read)
+        self.restored_step = ckpt.manifest.step if ckpt else 0
+        self._warmup = {"build": t0 - self.started, "restore": time.time() - t0}
+        return ckpt
+
+    # -- every iteration ----------------------------------------------------------------
+    def step_done(self, step: int, seconds: float) -> None:
+        """Account one finished iteration; ``step`` is the number of steps done so far."""
+        if self._warmup is not None and "first_step" not in self._warmup:
+            self._warmup["first_step"] = seconds
+            self.reporter.note(warmup=self._warmup)
+        self._steps += 1
+        self._step_seconds += seconds
+        self.reporter.step_done(step, seconds)
+
+    def should_stop(self, step: int) -> bool:
+        """Whether to stop before running step ``step``; identical on every rank."""
+        if self.agreement is None:
+            return bool(self.flag)
+        mean = self._step_seconds / self._steps if self._steps else 0.0
+        return self.agreement.should_stop(step, bool(self.flag), mean)
+
+    # -- preemption ---------------------------------------------------------------------
+    def save(
+        self,
+        step: int,
+        described: Sequence[str],
+        write: Callable[[Any], None],
+        position: dict[str, Any] | None = None,
+    ) -> Checkpoint | None:
+        """Chief: write a checkpoint of ``step`` unless nothing ran since the last restore."""
+        if not self.env.is_chief or step == self.restored_step:
+            return None
+        t0 = time.perf_counter()
+        ckpt = self.store.save(step, described, write, position)
+        self.reporter.note(
+            checkpoint={
+                "seconds": time.perf_counter() - t0,
+                "bytes": ckpt.manifest.bytes,
+                "step": step,
+            }
+        )
+        self.restored_step = step
+        return ckpt
+
+    def stop(self, save: Callable[[], object]) -> NoReturn:
+        """Checkpoint (through ``save``), wait for the gang, and exit with EXIT_CHECKPOINTED."""
+        save()
+        if self.barrier is not None:
+            self.barrier()  # peers must not exit (and break collectives) before the save
+        self.exit(EXIT_CHECKPOINTED)
+
+    def exit(self, code: int) -> NoReturn:
+        """Flush reports and leave now. ``os._exit`` because we may be deep inside user code
+        (a ``fit`` callback) that could swallow SystemExit, and because TensorFlow's
+        collective and gRPC threads can hang a normal interpreter shutdown."""
+        self.reporter.close()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+
+
+_runtime: Runtime | None = None
+_lock = threading.Lock()
+
+
+def get_runtime() -> Runtime:
+    """The process's runtime, created (env parsed, signal handlers installed) on first use."""
+    global _runtime
+    with _lock:
+        if _runtime is None:
+            _runtime = Runtime()
+        return _runtime

@@ -1,0 +1,252 @@
+"""TensorFlow adapter: ``strategy()``, ``State`` and ``@preemptible`` for custom loops.
+
+A custom loop becomes preemptible with two added lines::
+
+    state = tiresias.State(model=model, optimizer=optimizer)   # restores if resuming
+    for step in state.steps(total_steps):                      # stops, saves, exits 75
+        train_step(batch(step))
+
+State is a ``tf.train.Checkpoint`` of the given trackables plus the step (the data position
+for step-indexed input; pass a ``tf.data`` iterator or ``tf.random.Generator`` as a
+trackable to checkpoint those too) and the Python/NumPy global RNG states.
+"""
+
+from __future__ import annotations
+
+import functools
+import pickle
+import random
+import shutil
+import tempfile
+import time
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any, ParamSpec, TypeVar
+
+import numpy as np
+import tensorflow as tf
+
+from tiresias_launch.checkpoint import Checkpoint, describe_variables
+from tiresias_launch.runtime import Agreement, ReduceSum, Runtime, get_runtime
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+_strategy: tf.distribute.Strategy | None = None
+
+
+def strategy() -> tf.distribute.Strategy:
+    """The strategy this process's gang shape calls for (created once, then cached):
+    ParameterServerStrategy in ``ps`` mode, MultiWorkerMirroredStrategy in ``allreduce``
+    mode, the default strategy otherwise (``single`` and Horovod)."""
+    global _strategy
+    if _strategy is None:
+        mode = get_runtime().env.mode
+        if mode == "ps":
+            resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
+            _strategy = tf.distribute.experimental.ParameterServerStrategy(resolver)
+        elif mode == "allreduce":
+            _strategy = tf.distribute.MultiWorkerMirroredStrategy()
+        else:
+            _strategy = tf.distribute.get_strategy()
+    return _strategy
+
+
+def _strategy_reduce_sum(s: tf.distribute.Strategy) -> ReduceSum:
+    @tf.function
+    def reduce(values: tf.Tensor) -> tf.Tensor:
+        def replica(x: tf.Tensor) -> tf.Tensor:
+            ctx = tf.distribute.get_replica_context()
+            return ctx.all_reduce(tf.distribute.ReduceOp.SUM, tf.identity(x))
+
+        return s.run(replica, args=(values,))
+
+    def reduce_sum(values: Sequence[float]) -> Sequence[float]:
+        out = s.experimental_local_results(reduce(tf.constant(values, tf.float64)))[0]
+        return out.numpy().tolist()
+
+    return reduce_sum
+
+
+def _horovod_reduce_sum() -> ReduceSum:
+    import horovod.tensorflow as hvd
+
+    def reduce_sum(values: Sequence[float]) -> Sequence[float]:
+        t = tf.constant(values, tf.float64)
+        return hvd.allreduce(t, op=hvd.Sum, name="tiresias_agree").numpy().tolist()
+
+    return reduce_sum
+
+
+def reduce_sum_for(rt: Runtime, s: tf.distribute.Strategy | None = None) -> ReduceSum | None:
+    """The cheapest collective of the gang's framework, or None when one process decides."""
+    if not rt.env.multi_process:
+        return None
+    if rt.env.mode == "horovod":
+        return _horovod_reduce_sum()
+    return _strategy_reduce_sum(s or strategy())
+
+
+def join_gang(rt: Runtime, s: tf.distribute.Strategy | None = None) -> None:
+    """Make stop decisions collective in all-reduce gangs (idempotent); ``s`` is the
+    script's strategy when it built its own (Keras ``fit`` scripts)."""
+    reduce_sum = reduce_sum_for(rt, s)
+    if reduce_sum is not None and rt.agreement is None:
+        rt.agreement = Agreement(reduce_sum, rt.env.num_workers)
+        rt.barrier = lambda: reduce_sum([0.0])
+
+
+def tensor_facts(variables: Sequence[tf.Variable], num_ps: int) -> dict[str, Any]:
+    """``tensor_bytes`` of trainable variables, and in PS mode the measured skew S_J (share
+    of bytes on the busiest parameter server, from where variables actually live)."""
+    sizes = [int(np.prod(v.shape)) * tf.as_dtype(v.dtype).size for v in variables]
+    facts: dict[str, Any] = {"tensor_bytes": sizes}
+    if num_ps and sum(sizes):
+        per_ps: dict[str, int] = {}
+        for v, size in zip(variables, sizes, strict=True):
+            per_ps[v.device] = per_ps.get(v.device, 0) + size
+        facts["skew"] = max(per_ps.values()) / sum(sizes)
+    return facts
+
+
+def _model_variables(trackables: dict[str, Any]) -> list[tf.Variable]:
+    """Variables that define "the model" for the fingerprint (not optimizer slots)."""
+    out = []
+    for t in trackables.values():
+        if _is_optimizer(t):
+            continue
+        variables = getattr(t, "variables", None)
+        if variables is not None and not callable(variables):
+            out.extend(variables)
+    return out
+
+
+def _is_optimizer(t: object) -> bool:
+    return hasattr(t, "apply_gradients")
+
+
+def _build_optimizers(trackables: dict[str, Any]) -> None:
+    """Create optimizer slots now so a restore fills them instead of deferring."""
+    trainable = [
+        v
+        for t in trackables.values()
+        if not _is_optimizer(t)
+        for v in getattr(t, "trainable_variables", [])
+    ]
+    for t in trackables.values():
+        if _is_optimizer(t) and hasattr(t, "build") and not getattr(t, "built", True):
+            t.build(trainable)
+
+
+class Checkpointer:
+    """A ``tf.train.Checkpoint`` of some trackables plus the global RNG states, saved the way
+    the gang shape needs (shared by ``State`` and the Keras ``fit`` hook)."""
+
+    def __init__(self, trackables: dict[str, Any]) -> None:
+        variables = _model_variables(trackables)
+        if not variables:
+            raise ValueError(
+                "tiresias found no model variables: build the model (call it once or "
+                "model.build(shape)) before training starts"
+            )
+        _build_optimizers(trackables)
+        self.described = describe_variables(variables)
+        self.trainable = [v for v in variables if v.trainable]
+        self._checkpoint = tf.train.Checkpoint(**trackables)
+
+    def restore(self, rt: Runtime) -> Checkpoint | None:
+        return rt.restore(self.described, self._read)
+
+    def save(
+        self,
+        rt: Runtime,
+        step: int,
+        position: dict[str, Any],
+        s: tf.distribute.Strategy | None = None,
+    ) -> Checkpoint | None:
+        """Write a checkpoint of ``step``; only the chief's copy is kept."""
+        env = rt.env
+        if env.mode == "ps":  # every scheduled step must have reached the parameter servers
+            tf.distribute.experimental.coordinator.ClusterCoordinator(s or strategy()).join()
+        if env.mode == "allreduce" and not env.is_chief:
+            # MultiWorkerMirroredStrategy needs every worker in the save; keep only the chief's.
+            scratch = Path(tempfile.mkdtemp(prefix="tiresias-scratch-"))
+            try:
+                self._write(scratch)
+            finally:
+                shutil.rmtree(scratch, ignore_errors=True)
+            return None
+        return rt.save(step, self.described, self._write, position)
+
+    def _write(self, directory: Path) -> None:
+        self._checkpoint.write(str(directory / "state"))
+        with open(directory / "rng.pkl", "wb") as fh:
+            pickle.dump({"python": random.getstate(), "numpy": np.random.get_state()}, fh)
+
+    def _read(self, ckpt: Checkpoint) -> None:
+        self._checkpoint.read(str(ckpt.path / "state")).assert_existing_objects_matched()
+        with open(ckpt.path / "rng.pkl", "rb") as fh:
+            rng = pickle.load(fh)
+        random.setstate(rng["python"])
+        np.random.set_state(rng["numpy"])
+
+
+class State:
+    """Checkpointable training state of one custom loop; restores itself on creation."""
+
+    _current: State | None = None
+
+    def __init__(self, **trackables: Any) -> None:
+        if not trackables:
+            raise ValueError("tiresias.State needs the objects to checkpoint, e.g. model=…")
+        self._rt = get_runtime()
+        self._checkpointer = Checkpointer(trackables)
+        join_gang(self._rt)
+        self.restored = self._checkpointer.restore(self._rt)
+        self.step = self.restored.manifest.step if self.restored else 0
+        self._rt.reporter.note(**tensor_facts(self._checkpointer.trainable, self._rt.env.num_ps))
+        State._current = self
+
+    @classmethod
+    def current(cls) -> State:
+        if cls._current is None:
+            raise RuntimeError("create tiresias.State(model=…, optimizer=…) before training")
+        return cls._current
+
+    def steps(self, total: int) -> Iterator[int]:
+        """Yield step numbers from the restored step up to ``total``; at a step boundary where
+        the gang agrees to stop, checkpoint and exit with EXIT_CHECKPOINTED."""
+        while self.step < total:
+            self.before_step()
+            before, t0 = self.step, time.perf_counter()
+            yield self.step
+            if self.step == before:  # not already counted by a @preemptible step function
+                self.after_step(time.perf_counter() - t0)
+
+    def before_step(self) -> None:
+        if self._rt.should_stop(self.step):
+            self._rt.stop(self.save)
+
+    def after_step(self, seconds: float) -> None:
+        self.step += 1
+        self._rt.step_done(self.step, seconds)
+
+    def save(self) -> Checkpoint | None:
+        """Write a checkpoint of the current step (the chief's copy is kept)."""
+        return self._checkpointer.save(self._rt, self.step, {"step": self.step})
+
+
+def preemptible(fn: Callable[P, R]) -> Callable[P, R]:
+    """Mark ``fn`` as one training step: each call is one step of the current State, with the
+    stop check before it and timing after it (for loops that do not use ``State.steps``)."""
+
+    @functools.wraps(fn)
+    def step(*args: P.args, **kwargs: P.kwargs) -> R:
+        state = State.current()
+        state.before_step()
+        t0 = time.perf_counter()
+        out = fn(*args, **kwargs)
+        state.after_step(time.perf_counter() - t0)
+        return out
+
+    return step
