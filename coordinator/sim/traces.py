@@ -338,30 +338,3 @@ def _where(path: Path, text: str, pos: int) -> str:
     line = text.count("\n", 0, pos) + 1
     column = pos - (text.rfind("\n", 0, pos) + 1) + 1
     return f"{path}, line {line}, column {column}"
-
-
-def read_samples(path: str | Path) -> tuple[float, ...]:
-    """Service samples for the Gittins index: one number per line (GPU-seconds), an optional
-    header line first (``yarn-gput*.csv`` has ``duration``)."""
-    path = Path(path)
-    samples = []
-    with _open(path) as f:
-        for line_no, line in enumerate(f, 1):
-            value = line.split(",")[0].strip()
-            if not value or (line_no == 1 and not _is_number(value)):
-                continue
-            if not _is_number(value) or float(value) < 0:
-                raise TraceError(
-                    f"{path}, line {line_no}, column 1: expected a service time ≥ 0, got {value!r}"
-                )
-            samples.append(float(value))
-    if not samples:
-        raise TraceError(f"{path}: no service samples")
-    return tuple(samples)
-
-
-def _is_number(text: str) -> bool:
-    try:
-        return math.isfinite(float(text))
-    except ValueError:
-        return False

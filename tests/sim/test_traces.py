@@ -12,7 +12,6 @@ from coordinator.sim.traces import (
     detect_format,
     load_trace,
     parse_when,
-    read_samples,
 )
 
 SHARED = Path(__file__).resolve().parents[3] / "shared" / "traces"
@@ -190,9 +189,3 @@ def test_parse_when() -> None:
     assert str(parse_when("2017-10-09 12:30:00")) == "2017-10-09 12:30:00"
     with pytest.raises(TraceError, match="--end 'soon'"):
         parse_when("soon", end=True)
-
-
-def test_read_samples(tmp_path: Path) -> None:
-    assert read_samples(write(tmp_path, "s.csv", "duration\n4\n8\n\n12\n")) == (4.0, 8.0, 12.0)
-    with pytest.raises(TraceError, match=r"s2\.csv, line 3, column 1: expected a service time"):
-        read_samples(write(tmp_path, "s2.csv", "duration\n4\nx\n"))

@@ -1,0 +1,277 @@
+"""``tiresias-sim``: replay a job trace through the scheduling core under one or more
+policies and compare them."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from coordinator.core import GITTINS_VARIANTS, POLICY_NAMES, ServiceDistribution
+from coordinator.core.model import CoreError, JobSpec, Node
+from coordinator.sim.engine import SimOptions, SimResult, build_scheduler, run
+from coordinator.sim.report import Bins, format_report, json_summary, write_outputs
+from coordinator.sim.traces import FORMATS, TraceError, load_trace, parse_when
+
+EXAMPLES = """\
+examples:
+  tiresias-sim examples/traces/figure7.csv --cluster 1x2 --interval 1 --policy srsf --policy las
+  tiresias-sim philly.csv --start 2017-10-09 --end 2017-10-16 --cluster 16x8 \\
+      --policy tiresias-l --policy yarn-cs --out results/
+  tiresias-sim cluster_job_log --vc 6214e9 --limit 5000 --policy tiresias-g \\
+      --gittins-samples yarn-gput1000.csv --json
+"""
+
+
+def cluster_from_shape(shape: str) -> list[Node]:
+    """``NxG``: N machines with G GPUs each, named n000, n001, …"""
+    try:
+        machines, gpus = (int(x) for x in shape.lower().split("x"))
+    except ValueError:
+        raise ValueError(f"--cluster {shape!r}: expected MACHINESxGPUS, e.g. 16x4") from None
+    if machines < 1 or gpus < 1:
+        raise ValueError(f"--cluster {shape!r}: need at least one machine and one GPU")
+    return [Node(f"n{i:03d}", tuple(range(gpus))) for i in range(machines)]
+
+
+def cluster_from_file(path: Path) -> list[Node]:
+    """JSON ``{"nodes": [{"name": "a", "gpus": 4 | [0, 1, …], "switch": "s0"}, …]}``."""
+    try:
+        doc = json.loads(path.read_text())
+        nodes = []
+        for i, n in enumerate(doc["nodes"]):
+            gpus = n["gpus"]
+            indices = tuple(range(gpus)) if isinstance(gpus, int) else tuple(int(g) for g in gpus)
+            nodes.append(Node(str(n.get("name", f"n{i:03d}")), indices, n.get("switch")))
+    except OSError as e:
+        raise ValueError(f"--cluster-file {path}: {e.strerror}") from None
+    except (ValueError, KeyError, TypeError, AttributeError) as e:
+        raise ValueError(
+            f'--cluster-file {path}: expected {{"nodes": [{{"name": …, "gpus": N}}, …]}} ({e})'
+        ) from None
+    if not nodes or any(not n.gpus for n in nodes):
+        raise ValueError(f"--cluster-file {path}: every node needs at least one GPU")
+    return nodes
+
+
+def _samples(path: Path) -> tuple[float, ...]:
+    try:
+        with path.open() as f:
+            return tuple(ServiceDistribution.parse(f).samples)
+    except OSError as e:
+        raise ValueError(f"--gittins-samples {path}: {e.strerror}") from None
+    except (CoreError, ValueError) as e:
+        raise ValueError(f"--gittins-samples {path}: {e}") from None
+
+
+def _floats(text: str) -> tuple[float, ...]:
+    try:
+        return tuple(float(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected comma-separated numbers, got {text!r}"
+        ) from None
+
+
+def _cost(text: str) -> float | str:
+    if text == "model":
+        return text
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected seconds ≥ 0 or 'model', got {text!r}")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="tiresias-sim",
+        description=(
+            "Replay a job trace through the Tiresias scheduling core on a virtual clock and "
+            "compare policies: average/median/p95/p99 JCT, queueing delay, makespan, "
+            "preemptions and GPU utilization, overall and by small/large × short/long bins. "
+            "Times are seconds."
+        ),
+        epilog=EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("trace", type=Path, help="trace file (Tiresias CSV, Philly CSV or JSON)")
+    t = p.add_argument_group("trace")
+    t.add_argument("--format", choices=FORMATS, help="trace format (default: detected)")
+    t.add_argument("--start", help="keep jobs submitted at or after this date (Philly)")
+    t.add_argument("--end", help="keep jobs submitted before this date (Philly)")
+    t.add_argument("--vc", help="keep one virtual cluster (Philly)")
+    t.add_argument("--limit", type=int, help="keep the first N jobs by submission")
+    c = p.add_argument_group("cluster")
+    g = c.add_mutually_exclusive_group()
+    g.add_argument("--cluster", default="16x4", help="MACHINESxGPUS (default: 16x4)")
+    g.add_argument("--cluster-file", type=Path, help='JSON: {"nodes": [{"name", "gpus"}]}')
+    s = p.add_argument_group("scheduling")
+    s.add_argument(
+        "--policy",
+        action="append",
+        required=True,
+        metavar="P",
+        help="policy, repeatable; the first is the baseline of the ratios: "
+        + ", ".join(POLICY_NAMES),
+    )
+    s.add_argument("--queues", type=int, metavar="K", help="number of priority queues")
+    s.add_argument(
+        "--thresholds", type=_floats, metavar="T1,…", help="queue thresholds, GPU-seconds"
+    )
+    s.add_argument("--promote-knob", type=float, metavar="X", help="PROMOTEKNOB (inf: never)")
+    s.add_argument(
+        "--interval",
+        type=float,
+        metavar="S",
+        help="also re-evaluate priorities every S seconds (default: only at events and the "
+        "policy's own wakeups); las then stops waking at exact crossings",
+    )
+    s.add_argument(
+        "--gittins-samples",
+        type=Path,
+        metavar="FILE",
+        help="tiresias-g's initial service distribution: CSV with header 'duration', GPU-s",
+    )
+    s.add_argument(
+        "--gittins-variant",
+        choices=GITTINS_VARIANTS,
+        help="Gittins index as the paper writes it (default) or as the authors' simulator",
+    )
+    s.add_argument(
+        "--gittins-fixed",
+        action="store_true",
+        help="keep tiresias-g's distribution as seeded (do not learn from completed jobs)",
+    )
+    s.add_argument("--placement", metavar="NAME", help="placement scheme (default: core's)")
+    s.add_argument("--packlimit", type=float, metavar="X", help="skew above which to pack")
+    m = p.add_argument_group("models the paper's simulator lacked (off by default)")
+    m.add_argument(
+        "--preempt-cost",
+        type=_cost,
+        metavar="SECONDS|model",
+        help="checkpoint time (GPUs stay held) and restore time (added to the resumed run); "
+        "'model': per-model table",
+    )
+    m.add_argument(
+        "--packing-slowdown",
+        type=float,
+        metavar="F",
+        help="run-time factor for a job with skew > PACKLIMIT spread over machines",
+    )
+    o = p.add_argument_group("output")
+    o.add_argument("--out", type=Path, metavar="DIR", help="write per-job CSVs, JSON, CDF plot")
+    o.add_argument("--json", action="store_true", help="print only JSON metrics to stdout")
+    o.add_argument("--bins-gpus", type=int, default=8, help="large: ≥ this many GPUs (8)")
+    o.add_argument("--bins-duration", type=float, default=3600, help="long: ≥ seconds (3600)")
+    o.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    unknown = [name for name in args.policy if name not in POLICY_NAMES]
+    if unknown:
+        parser.error(f"unknown policy {unknown[0]!r}; valid: {', '.join(POLICY_NAMES)}")
+    if len(set(args.policy)) != len(args.policy):
+        parser.error("each --policy may appear once")
+    if args.packing_slowdown is not None and args.packing_slowdown < 1:
+        parser.error("--packing-slowdown is a run-time factor ≥ 1")
+    try:
+        nodes = (
+            cluster_from_file(args.cluster_file)
+            if args.cluster_file
+            else cluster_from_shape(args.cluster)
+        )
+        options = SimOptions(
+            queues=args.queues,
+            thresholds=args.thresholds,
+            promote_knob=args.promote_knob,
+            interval=args.interval,
+            gittins_samples=_samples(args.gittins_samples) if args.gittins_samples else None,
+            gittins_variant=args.gittins_variant,
+            gittins_learn=not args.gittins_fixed,
+            placement=args.placement,
+            packlimit=args.packlimit,
+            preempt_cost=args.preempt_cost,
+            packing_slowdown=args.packing_slowdown,
+        )
+        for name in args.policy:  # reject bad knobs before minutes of simulation
+            build_scheduler(nodes, name, options)
+        trace = load_trace(
+            args.trace,
+            args.format,
+            start=parse_when(args.start) if args.start else None,
+            end=parse_when(args.end, end=True) if args.end else None,
+            vc=args.vc,
+            limit=args.limit,
+        )
+    except (TraceError, CoreError, ValueError) as e:
+        parser.exit(2, f"tiresias-sim: error: {e}\n")
+    for reason, count in sorted(trace.skipped.items()):
+        print(f"tiresias-sim: skipped {count} job(s): {reason}", file=sys.stderr)
+    if not trace.specs:
+        parser.exit(2, "tiresias-sim: error: no jobs in the trace (or in the slice)\n")
+    results = [_run(trace.specs, nodes, name, options, args.no_progress) for name in args.policy]
+    _report_refused(results)
+    bins = Bins(args.bins_gpus, args.bins_duration)
+    if args.json:
+        print(json.dumps(json_summary(results)))
+    else:
+        print(
+            f"{args.trace}: {len(trace.specs)} jobs ({trace.format}); cluster: {len(nodes)} "
+            f"machines, {sum(len(n.gpus) for n in nodes)} GPUs"
+        )
+        print(format_report(results, bins))
+    if args.out:
+        meta = {"trace": str(args.trace), "argv": list(argv if argv is not None else sys.argv)}
+        for path in write_outputs(args.out, results, bins, meta):
+            print(f"wrote {path}", file=sys.stderr)
+    return 0
+
+
+def _run(
+    specs: list[JobSpec], nodes: list[Node], policy: str, options: SimOptions, quiet: bool
+) -> SimResult:
+    from tqdm import tqdm
+
+    # disable=None: no bar when stderr is not a terminal; delay: none for short runs.
+    with tqdm(
+        total=len(specs),
+        desc=policy,
+        unit="job",
+        file=sys.stderr,
+        disable=True if quiet else None,
+        delay=2.0,
+        leave=False,
+    ) as bar:
+        return run(specs, nodes, policy, options, bar.update)
+
+
+def _report_refused(results: Sequence[SimResult]) -> None:
+    """Jobs the core refused at submission (larger than the cluster), once per distinct set."""
+    seen: set[tuple[tuple[str, str], ...]] = set()
+    for r in results:
+        key = tuple(r.skipped)
+        if key and key not in seen:
+            seen.add(key)
+            job_id, reason = r.skipped[0]
+            who = (
+                "all policies"
+                if len(results) == 1 or all(tuple(x.skipped) == key for x in results)
+                else r.policy
+            )
+            print(
+                f"tiresias-sim: skipped {len(r.skipped)} job(s) the core refused ({who}), "
+                f"e.g. job {job_id}: {reason}",
+                file=sys.stderr,
+            )
+
+
+if __name__ == "__main__":
+    sys.exit(main())

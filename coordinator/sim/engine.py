@@ -1,0 +1,334 @@
+"""Discrete-event simulation of the scheduling core on a virtual clock.
+
+The clock jumps between exact event times: arrivals, completions computed from each job's
+true duration, ends of modelled checkpoints and the core's own ``next_wakeup`` (threshold
+crossings, promotions, time slices and, only when configured, a fixed re-evaluation interval).
+Decisions are applied the way the live service applies them, so the ordered decision list
+of a run is what the service must reproduce from the same events.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+from coordinator.core import (
+    DEFAULT_PACKLIMIT,
+    DEFAULT_QUEUE_THRESHOLDS,
+    Scheduler,
+    SchedulerConfig,
+    ServiceDistribution,
+    make_placement,
+    make_policy,
+)
+from coordinator.core.model import (
+    CoreError,
+    Decision,
+    ExitOutcome,
+    JobSpec,
+    Kill,
+    Node,
+    Preempt,
+    Start,
+)
+from coordinator.sim.profiles import DEFAULT_PROFILE, profile
+
+# Same-instant order: free GPUs first, then let new jobs in, then schedule.
+_COMPLETE, _CHECKPOINTED = 0, 1
+_MAX_PASSES_PER_INSTANT = 10_000
+# Placement each policy gets unless --placement says otherwise: YARN's strict consolidation
+# for the YARN baselines, skew-aware for Tiresias (§3.3), plain consolidation for the rest.
+DEFAULT_PLACEMENTS = {
+    "yarn-cs": "yarn",
+    "best-effort": "yarn",
+    "tiresias-l": "skew",
+    "tiresias-g": "skew",
+}
+
+
+@dataclass(frozen=True)
+class SimOptions:
+    """Knobs of one run. ``None`` means the core's default."""
+
+    queues: int | None = None
+    thresholds: tuple[float, ...] | None = None
+    promote_knob: float | None = None
+    # Re-evaluate priorities every ``interval`` seconds too; for las, instead of at the exact
+    # times when attained services cross (the paper's Figure 7 model).
+    interval: float | None = None
+    gittins_samples: tuple[float, ...] | None = None  # seed of tiresias-g's distribution
+    gittins_variant: str | None = None
+    gittins_learn: bool = True  # add each completed job's service to the distribution
+    placement: str | None = None
+    packlimit: float | None = None
+    # Preemption cost: seconds to checkpoint (GPUs stay held) and to restore (added to the
+    # resumed run), or "model" for the per-model table in ``profiles``. None: free.
+    preempt_cost: float | Literal["model"] | None = None
+    # Run-time multiplier (≥ 1) for a job with skew above PACKLIMIT placed on > 1 machine.
+    packing_slowdown: float | None = None
+
+
+@dataclass
+class JobRecord:
+    """What happened to one job. Times are in trace seconds."""
+
+    job_id: str
+    gpus: int
+    arrival: float
+    duration: float
+    first_start: float | None = None
+    finish: float | None = None
+    queueing: float = 0.0  # total time WAITING (before the first start and after preemptions)
+    preemptions: int = 0
+    model: str | None = None
+
+    @property
+    def jct(self) -> float:
+        assert self.finish is not None, f"job {self.job_id} did not finish"
+        return self.finish - self.arrival
+
+
+@dataclass
+class SimResult:
+    policy: str
+    options: SimOptions
+    gpus: int  # GPUs in the cluster
+    jobs: list[JobRecord]  # completed jobs, in arrival order
+    decisions: list[tuple[float, Decision]]  # every decision with its time, in order
+    skipped: list[tuple[str, str]] = field(default_factory=list)  # (job id, core's reason)
+    passes: int = 0  # Scheduler.schedule calls
+    busy_gpu_seconds: float = 0.0  # GPUs held by jobs (running or checkpointing)
+
+    @property
+    def makespan(self) -> float:
+        if not self.jobs:
+            return 0.0
+        return max(j.finish or 0.0 for j in self.jobs) - min(j.arrival for j in self.jobs)
+
+    @property
+    def utilization(self) -> float:
+        span = self.makespan
+        return self.busy_gpu_seconds / (self.gpus * span) if span > 0 else 0.0
+
+    @property
+    def preemptions(self) -> int:
+        return sum(j.preemptions for j in self.jobs)
+
+
+@dataclass
+class _Run:
+    """Simulator-side truth about an active job: progress the core cannot see (restore time
+    and packing slowdown do not advance training)."""
+
+    spec: JobSpec
+    record: JobRecord
+    checkpoint_s: float
+    restore_s: float
+    done: float = 0.0  # seconds of training done, at full speed
+    work_start: float = 0.0  # when the current run starts training (after its restore)
+    held_since: float = 0.0  # when it took its GPUs
+    slowdown: float = 1.0
+    wait_since: float = 0.0
+    version: int = 0  # bumps on preemption so a stale completion event is ignored
+
+
+def simulate(
+    specs: Iterable[JobSpec],
+    cluster_nodes: Sequence[Node],
+    policy_name: str,
+    *,
+    progress: Callable[[int], None] | None = None,
+    **options: object,
+) -> SimResult:
+    """Run ``specs`` (each with a true ``duration``) through the core under ``policy_name``.
+    ``options`` are ``SimOptions`` fields; ``progress(n)`` is told of every n completions."""
+    return run(specs, cluster_nodes, policy_name, SimOptions(**options), progress)  # type: ignore[arg-type]
+
+
+def run(
+    specs: Iterable[JobSpec],
+    cluster_nodes: Sequence[Node],
+    policy_name: str,
+    options: SimOptions,
+    progress: Callable[[int], None] | None = None,
+) -> SimResult:
+    """``simulate`` with the options already gathered (the CLI and tools build them once)."""
+    return _Simulation(list(specs), cluster_nodes, policy_name, options).run(progress)
+
+
+class _Simulation:
+    def __init__(
+        self, specs: list[JobSpec], nodes: Sequence[Node], policy: str, opts: SimOptions
+    ) -> None:
+        for s in specs:
+            if s.duration is None:
+                raise ValueError(f"job {s.job_id}: the simulator needs a true duration")
+        self.specs = sorted(specs, key=lambda s: (s.arrival, s.job_id))
+        self.opts = opts
+        self.sched, self.packlimit = build_scheduler(nodes, policy, opts)
+        self.result = SimResult(
+            policy, opts, sum(len(n.gpus) for n in nodes), jobs=[], decisions=[]
+        )
+        self.runs: dict[str, _Run] = {}
+        self.events: list[tuple[float, int, int, str, int]] = []  # time, kind, seq, job, ver
+        self.seq = 0
+
+    def run(self, progress: Callable[[int], None] | None) -> SimResult:
+        specs, sched, result = self.specs, self.sched, self.result
+        nxt = 0  # next arrival
+        wakeup: float | None = None
+        now = -math.inf
+        while True:
+            candidates = [wakeup if wakeup is not None else math.inf]
+            if self.events:
+                candidates.append(self.events[0][0])
+            if nxt < len(specs):
+                candidates.append(specs[nxt].arrival)
+            t = min(candidates)
+            if t == math.inf:
+                break
+            now = t
+            completed = self._apply_events(now)
+            while nxt < len(specs) and specs[nxt].arrival <= now:
+                self._arrive(specs[nxt], now)
+                nxt += 1
+            self._schedule(now)
+            if completed and progress:
+                progress(completed)
+            wakeup = sched.next_wakeup(now)
+            if wakeup is not None and wakeup <= now:
+                wakeup = math.nextafter(now, math.inf)  # never stall the clock
+        if self.runs:
+            raise RuntimeError(
+                f"simulation under {result.policy} stalled with {len(self.runs)} unfinished "
+                f"job(s), e.g. {next(iter(self.runs))}"
+            )
+        result.jobs.sort(key=lambda r: (r.arrival, r.job_id))
+        return result
+
+    def _push(self, t: float, kind: int, job_id: str, version: int) -> None:
+        self.seq += 1
+        heapq.heappush(self.events, (t, kind, self.seq, job_id, version))
+
+    def _apply_events(self, now: float) -> int:
+        """Completions and finished checkpoints due at ``now``; returns completions."""
+        completed = 0
+        while self.events and self.events[0][0] <= now:
+            _, kind, _, job_id, version = heapq.heappop(self.events)
+            run = self.runs[job_id]
+            if kind == _COMPLETE:
+                if version != run.version:
+                    continue  # it was preempted before finishing
+                self.sched.exited(job_id, now, ExitOutcome.COMPLETED)
+                self._release(run, now)
+                run.record.finish = now
+                self.result.jobs.append(run.record)
+                del self.runs[job_id]
+                completed += 1
+            else:
+                self._checkpointed(run, now)
+        return completed
+
+    def _arrive(self, spec: JobSpec, now: float) -> None:
+        try:
+            self.sched.submit(spec, now)
+        except CoreError as e:
+            self.result.skipped.append((spec.job_id, str(e)))
+            return
+        known = profile(spec.model) or DEFAULT_PROFILE
+        cost = self.opts.preempt_cost
+        ckpt, restore = (
+            (known.checkpoint_s, known.restore_s) if cost == "model" else (cost or 0.0,) * 2
+        )
+        record = JobRecord(
+            spec.job_id, spec.gpus, spec.arrival, float(spec.duration or 0.0), model=spec.model
+        )
+        self.runs[spec.job_id] = _Run(spec, record, ckpt, restore, wait_since=now)
+
+    def _schedule(self, now: float) -> None:
+        """Passes at ``now`` until the core has nothing more to say: a preemption whose
+        checkpoint is free releases GPUs at once, which the next pass can hand out."""
+        for _ in range(_MAX_PASSES_PER_INSTANT):
+            decisions = self.sched.schedule(now)
+            self.result.passes += 1
+            if not decisions:
+                return
+            for d in decisions:
+                self.result.decisions.append((now, d))
+                if isinstance(d, Start):
+                    self._start(self.runs[d.job_id], d, now)
+                elif isinstance(d, Preempt):
+                    self._preempt(self.runs[d.job_id], now)
+                elif isinstance(d, Kill):
+                    raise RuntimeError(f"core killed {d.job_id}, but the simulator cancels none")
+        raise RuntimeError(
+            f"{self.result.policy}: still deciding after {_MAX_PASSES_PER_INSTANT} passes "
+            f"at t={now}"
+        )
+
+    def _start(self, run: _Run, start: Start, now: float) -> None:
+        record = run.record
+        if record.first_start is None:
+            record.first_start = now
+        record.queueing += now - run.wait_since
+        run.held_since = now
+        run.work_start = now + (run.restore_s if record.preemptions else 0.0)
+        factor = self.opts.packing_slowdown
+        skew = run.spec.skew
+        spread = len(start.allocation.nodes) > 1
+        sensitive = skew is not None and self.packlimit is not None and skew > self.packlimit
+        run.slowdown = factor if factor and spread and sensitive else 1.0
+        finish = run.work_start + (record.duration - run.done) * run.slowdown
+        self._push(finish, _COMPLETE, record.job_id, run.version)
+
+    def _preempt(self, run: _Run, now: float) -> None:
+        run.version += 1
+        run.done += max(0.0, now - run.work_start) / run.slowdown
+        run.record.preemptions += 1
+        if run.checkpoint_s > 0:
+            self._push(now + run.checkpoint_s, _CHECKPOINTED, run.record.job_id, run.version)
+        else:
+            self._checkpointed(run, now)
+
+    def _checkpointed(self, run: _Run, now: float) -> None:
+        self.sched.exited(run.record.job_id, now, ExitOutcome.CHECKPOINTED)
+        self._release(run, now)
+        run.wait_since = now
+
+    def _release(self, run: _Run, now: float) -> None:
+        self.result.busy_gpu_seconds += run.spec.gpus * (now - run.held_since)
+
+
+def build_scheduler(
+    nodes: Sequence[Node], policy: str, opts: SimOptions
+) -> tuple[Scheduler, float]:
+    """The core configured for ``opts``, and the PACKLIMIT the packing model compares with.
+    Raises CoreError for a bad knob."""
+    thresholds = opts.thresholds if opts.thresholds is not None else DEFAULT_QUEUE_THRESHOLDS
+    if opts.queues is not None and opts.queues != len(thresholds) + 1:
+        raise CoreError(
+            f"{opts.queues} queues need {opts.queues - 1} thresholds, got {len(thresholds)}"
+        )
+    config = SchedulerConfig(
+        queue_thresholds=thresholds,
+        promote_knob=opts.promote_knob if opts.promote_knob is not None else math.inf,
+        interval=opts.interval or 0.0,
+    )
+    params: dict[str, object] = {}
+    if policy == "tiresias-g":
+        params["learn"] = opts.gittins_learn
+        if opts.gittins_samples is not None:
+            params["distribution"] = ServiceDistribution(opts.gittins_samples)
+        if opts.gittins_variant is not None:
+            params["variant"] = opts.gittins_variant
+    elif policy == "las" and opts.interval:
+        params["crossings"] = False  # a fixed interval replaces exact crossing times
+    packlimit = opts.packlimit if opts.packlimit is not None else DEFAULT_PACKLIMIT
+    name = opts.placement or DEFAULT_PLACEMENTS.get(policy, "consolidate")
+    placement = make_placement(name, packlimit=packlimit)
+    return Scheduler(
+        nodes, policy=make_policy(policy, **params), placement=placement, config=config
+    ), packlimit

@@ -1,0 +1,132 @@
+"""``tiresias-sim`` end to end: the paper's Figure 7 numbers, JSON schema, output files, and
+errors that stop the run cleanly."""
+
+from __future__ import annotations
+
+import csv
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from coordinator.core import POLICY_NAMES
+from coordinator.sim.cli import main
+from coordinator.sim.report import METRICS
+
+ROOT = Path(__file__).resolve().parents[2]
+FIGURE7 = ROOT / "examples" / "traces" / "figure7.csv"
+FIGURE7_ARGS = [str(FIGURE7), "--cluster", "1x2", "--interval", "1"]
+
+
+def run_json(capsys: pytest.CaptureFixture[str], *args: str) -> dict:
+    assert main([*args, "--json"]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+@pytest.mark.skipif(shutil.which("tiresias-sim") is None, reason="console script not installed")
+def test_figure7_console_script() -> None:
+    """The paper's worked example, through the installed entry point: SRSF 28/3, LAS 35/3."""
+    out = subprocess.run(
+        ["tiresias-sim", *FIGURE7_ARGS, "--policy", "srsf", "--policy", "las"],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
+    srsf = next(line for line in out.splitlines() if line.startswith("srsf "))
+    las = next(line for line in out.splitlines() if line.startswith("las "))
+    assert srsf.split()[1] == "9.33" and las.split()[1] == "11.67"
+    assert "(1.25)" in las  # 35/28: ratio to the first policy
+
+
+def test_figure7_json(capsys: pytest.CaptureFixture[str]) -> None:
+    doc = run_json(capsys, *FIGURE7_ARGS, "--policy", "srsf", "--policy", "las")
+    assert list(doc) == ["policies"]
+    assert list(doc["policies"]) == ["srsf", "las"]
+    for metrics in doc["policies"].values():
+        assert list(metrics) == list(METRICS)
+        assert all(isinstance(v, int | float) for v in metrics.values())
+    assert doc["policies"]["srsf"]["avg_jct"] == pytest.approx(28 / 3)
+    assert doc["policies"]["las"]["avg_jct"] == pytest.approx(35 / 3)
+    assert doc["policies"]["srsf"]["makespan"] == 16.0
+    assert doc["policies"]["srsf"]["utilization"] == pytest.approx((4 + 8 + 12) / (2 * 16))
+
+
+def test_figure7_gittins_both_variants(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """Pinned on purpose: the index as written gives 28/3, the authors' simulator 10."""
+    samples = tmp_path / "s.csv"
+    samples.write_text("duration\n4\n8\n12\n")
+    args = [*FIGURE7_ARGS, "--policy", "tiresias-g", "--gittins-samples", str(samples)]
+    args += ["--gittins-fixed"]
+    args += ["--thresholds", "100"]  # one Δ far above every job: the index alone decides
+    written = run_json(capsys, *args)["policies"]["tiresias-g"]["avg_jct"]
+    authors = run_json(capsys, *args, "--gittins-variant", "authors")
+    assert written == pytest.approx(28 / 3)
+    assert authors["policies"]["tiresias-g"]["avg_jct"] == pytest.approx(10.0)
+
+
+def test_out_dir(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    out = tmp_path / "res"
+    main([*FIGURE7_ARGS, "--policy", "srsf", "--policy", "las", "--out", str(out)])
+    assert "11.67" in capsys.readouterr().out
+    with (out / "jobs-las.csv").open() as f:
+        rows = list(csv.DictReader(f))
+    assert sorted((r["job_id"], float(r["jct"])) for r in rows) == [
+        ("1", 5.0),
+        ("2", 14.0),
+        ("3", 16.0),
+    ]
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["policies"]["las"]["avg_jct"] == pytest.approx(35 / 3)
+    assert summary["bins"]["srsf"]["small-short"]["jobs"] == 3
+    assert summary["bins"]["srsf"]["large-long"]["avg_jct"] is None  # empty bin: null, not NaN
+    assert (out / "jct_cdf.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_bins_split(capsys: pytest.CaptureFixture[str]) -> None:
+    main([*FIGURE7_ARGS, "--policy", "srsf", "--bins-gpus", "2", "--bins-duration", "7"])
+    out = capsys.readouterr().out
+    assert "large: ≥ 2 GPUs; long: ≥ 7 s" in out
+    names = ("small-short", "small-long", "large-short", "large-long")
+    bins = {line.split()[0]: line.split()[2] for line in out.splitlines() if line.startswith(names)}
+    assert bins == {"small-short": "0", "small-long": "1", "large-short": "2", "large-long": "0"}
+
+
+def test_unknown_policy_lists_valid_names(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as e:
+        main([str(FIGURE7), "--policy", "nope"])
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert "unknown policy 'nope'" in err
+    assert all(name in err for name in POLICY_NAMES)
+
+
+def test_malformed_trace_stops_without_traceback(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    bad = tmp_path / "bad.csv"
+    bad.write_text("job_id,num_gpu,submit_time,model_name,duration\n1,1,0,,5\n2,two,0,,5\n")
+    with pytest.raises(SystemExit) as e:
+        main([str(bad), "--policy", "tiresias-l"])
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert f"{bad}, line 3, column 2 (num_gpu): expected a number, got 'two'" in err
+    assert "Traceback" not in err
+
+
+def test_oversize_jobs_reported(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    trace = tmp_path / "t.csv"
+    trace.write_text("job_id,num_gpu,submit_time,model_name,duration\n1,1,0,,5\n2,8,0,,5\n")
+    assert main([str(trace), "--cluster", "1x4", "--policy", "tiresias-l", "--json"]) == 0
+    out, err = capsys.readouterr()
+    assert json.loads(out)["policies"]["tiresias-l"]["avg_jct"] == 5.0
+    assert "skipped 1 job(s) the core refused (all policies), e.g. job 2" in err
+
+
+def test_bad_knobs_are_errors(capsys: pytest.CaptureFixture[str]) -> None:
+    for extra in (["--cluster", "4by4"], ["--queues", "3"], ["--placement", "nowhere"]):
+        with pytest.raises(SystemExit) as e:
+            main([str(FIGURE7), "--policy", "tiresias-l", *extra])
+        assert e.value.code == 2
+        assert "tiresias-sim: error:" in capsys.readouterr().err
