@@ -174,12 +174,12 @@ def check_fields(where: str, data: Any, schema: Mapping[str, Field]) -> None:
 
 def _check_str_list(where: str, value: list[Any]) -> None:
     if not all(isinstance(a, str) for a in value):
-        raise ProtocolError(f"{where}: must be a list of strings")
+        raise ProtocolError(f"{where} must be a list of strings")
 
 
 def _check_str_map(where: str, value: dict[Any, Any], vtype: type = str) -> None:
     if not all(isinstance(k, str) and isinstance(v, vtype) for k, v in value.items()):
-        raise ProtocolError(f"{where}: must map strings to {vtype.__name__}")
+        raise ProtocolError(f"{where} must map strings to {vtype.__name__}")
 
 
 def _check_items(where: str, items: list[Any], schema: Mapping[str, Field]) -> None:

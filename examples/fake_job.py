@@ -36,6 +36,12 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--step-time", type=float, default=0.1)
+    ap.add_argument(
+        "--checkpoint-every",
+        type=int,
+        default=0,
+        help="also checkpoint every N steps (survives a lost node)",
+    )
     ap.add_argument("--fail-at", type=int, default=None, help="exit 3 at this step")
     ap.add_argument(
         "--ignore-signal",
@@ -67,13 +73,16 @@ def main() -> int:
     for sig in {signal.Signals[preempt], signal.SIGUSR1, signal.SIGUSR2}:
         signal.signal(sig, on_signal)
 
+    def save() -> None:
+        if chief:
+            ckpt_dir.mkdir(parents=True, exist_ok=True)
+            tmp = ckpt.with_suffix(".tmp")
+            tmp.write_text(str(step))
+            tmp.rename(ckpt)
+
     while step < args.steps:
         if stop:
-            if chief:
-                ckpt_dir.mkdir(parents=True, exist_ok=True)
-                tmp = ckpt.with_suffix(".tmp")
-                tmp.write_text(str(step))
-                tmp.rename(ckpt)
+            save()
             print(f"checkpointed at step {step}", flush=True)
             return EXIT_CHECKPOINTED
         time.sleep(args.step_time)
@@ -81,6 +90,9 @@ def main() -> int:
         print(f"step {step}", flush=True)
         if reporter is not None:
             reporter.step_done(step, args.step_time)
+        if args.checkpoint_every and step % args.checkpoint_every == 0:
+            save()
+            print(f"saved step {step}", flush=True)
         if step == args.fail_at:
             print(f"failing at step {step}", flush=True)
             return 3

@@ -193,16 +193,16 @@ class Agent:
     def _send(self, msg_type: str, **fields: Any) -> int:
         rid = next(self._ids)
         assert self._sock is not None
-        self._sock.send(protocol.encode(msg_type, id=rid, **fields))
+        try:  # never block the loop on a coordinator that is away: _tick reconnects
+            self._sock.send(protocol.encode(msg_type, id=rid, **fields), zmq.NOBLOCK)
+        except zmq.Again:
+            return rid
         self._pending[rid] = (msg_type, fields)
         return rid
 
     def _register(self) -> None:
-        running = [
-            {"job_id": p.job_id, "restart": p.restart}
-            for p in self.parts.values()
-            if p.reported is None
-        ]
+        # finished parts still count as running until their exit report is acknowledged
+        running = [{"job_id": p.job_id, "restart": p.restart} for p in self.parts.values()]
         self._send("register", node=self.name, host=self.host, gpus=self.gpus, running=running)
         for part in self.parts.values():
             if part.reported is not None:  # finished, not yet acknowledged: say it again
@@ -318,8 +318,9 @@ class Agent:
     def _on_error(self, msg: dict[str, Any]) -> None:
         kind, _ = self._pending.pop(msg.get("id"), (None, {}))
         if msg.get("code") == "register":  # the coordinator restarted and forgot us
-            log.warning("coordinator does not know this node; registering again")
-            self._register()
+            if "register" not in (k for k, _ in self._pending.values()):
+                log.warning("coordinator does not know this node; registering again")
+                self._register()
         else:
             log.error("coordinator refused %s: %s", kind, msg["error"])
 
@@ -400,7 +401,11 @@ class Agent:
                 "data": data.decode(errors="replace"),
             }
         assert self._sock is not None
-        self._sock.send(protocol.encode("log_data", node=self.name, req=msg["req"], files=files))
+        with contextlib.suppress(zmq.Again):  # the coordinator times the fetch out
+            self._sock.send(
+                protocol.encode("log_data", node=self.name, req=msg["req"], files=files),
+                zmq.NOBLOCK,
+            )
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -721,7 +721,11 @@ class Coordinator:
 
     # --- views --------------------------------------------------------------------------
     def _views(self, jobs: list[Job], now: float) -> list[dict[str, Any]]:
-        ranks = {j.job_id: i for i, j in enumerate(self.sched.policy.order(now), 1)}
+        active = sorted(
+            (j for j in self.sched.jobs() if not j.state.finished),
+            key=lambda j: self.sched.policy.key(j, now),
+        )
+        ranks = {j.job_id: i for i, j in enumerate(active, 1)}
         return [job_view(j, self.records.get(j.job_id, {}), now, ranks.get(j.job_id)) for j in jobs]
 
     def _update_gauges(self) -> None:

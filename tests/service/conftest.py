@@ -1,0 +1,221 @@
+"""Real coordinators, agents and jobs for the service tests: subprocesses on loopback, a
+fresh state directory each, and ``wait_until`` instead of sleeps."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from coordinator.service.client import Client, client_keys
+
+REPO = Path(__file__).resolve().parents[2]
+FAKE_JOB = REPO / "examples" / "fake_job.py"
+
+
+def wait_until(
+    pred: Callable[[], Any], timeout: float = 20.0, what: str = "condition", interval: float = 0.05
+) -> Any:
+    """Poll ``pred`` until it returns something truthy; fail with ``what`` at the deadline."""
+    deadline = time.monotonic() + timeout
+    last_error: Exception | None = None
+    while time.monotonic() < deadline:
+        try:
+            value = pred()
+        except Exception as e:  # e.g. the coordinator is restarting
+            last_error = e
+            value = None
+        if value:
+            return value
+        time.sleep(interval)
+    raise AssertionError(
+        f"timed out after {timeout}s waiting for {what}"
+        + (f" (last error: {last_error})" if last_error else "")
+    )
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class Cluster:
+    """Coordinator and agents as real processes; everything they start dies with them."""
+
+    def __init__(self, tmp: Path, bind_host: str = "127.0.0.1") -> None:
+        self.tmp = tmp
+        self.port = free_port()
+        self.bind_host = bind_host
+        self.address = f"tcp://127.0.0.1:{self.port}"
+        self.state = tmp / "state"
+        self.coordinator: subprocess.Popen[bytes] | None = None
+        self.coordinator_args: list[str] = []
+        self.agents: dict[str, subprocess.Popen[bytes]] = {}
+        self._client: Client | None = None
+        self.keys: Path | None = None  # CURVE key directory clients and agents use
+        self.env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+
+    def start_coordinator(self, *args: str) -> None:
+        if args:
+            self.coordinator_args = list(args)
+        log = (self.tmp / "coordinator.log").open("ab")
+        self.coordinator = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "coordinator.service.coordinator",
+                "--bind",
+                f"tcp://{self.bind_host}:{self.port}",
+                "--state",
+                str(self.state),
+                *self.coordinator_args,
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=self.env,
+        )
+        wait_until(
+            lambda: self.client.request("nodes", timeout=0.5) is not None,
+            15,
+            "the coordinator to answer",
+        )
+
+    def start_agent(
+        self,
+        name: str,
+        gpus: int = 2,
+        *extra: str,
+        prefix: list[str] | None = None,
+        address: str | None = None,
+    ) -> None:
+        log = (self.tmp / f"agent-{name}.log").open("ab")
+        self.agents[name] = subprocess.Popen(
+            [
+                *(prefix or []),
+                sys.executable,
+                "-m",
+                "coordinator.service.agent",
+                "--coordinator",
+                address or self.address,
+                "--gpus",
+                str(gpus),
+                "--name",
+                name,
+                "--workdir",
+                str(self.tmp / "agents" / name),
+                "--heartbeat",
+                "0.2",
+                *extra,
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=self.env,
+        )
+
+    def wait_nodes(self, *names: str, timeout: float = 15) -> None:
+        def up() -> bool:
+            nodes = {n["name"]: n for n in self.client.request("nodes")["nodes"]}
+            return all(n in nodes and nodes[n]["connected"] for n in names)
+
+        wait_until(up, timeout, f"nodes {names} to register")
+
+    @property
+    def client(self) -> Client:
+        if self._client is None:
+            self._client = Client(self.address, client_keys(self.keys), timeout=5)
+        return self._client
+
+    def reset_client(self) -> None:
+        if self._client is not None:
+            self._client.close()
+        self._client = None
+
+    def cli(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        out = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "coordinator.cli",
+                args[0],
+                "--coordinator",
+                self.address,
+                *args[1:],
+            ],
+            capture_output=True,
+            text=True,
+            env=self.env,
+            timeout=30,
+        )
+        if check and out.returncode != 0:
+            raise AssertionError(f"tiresias {' '.join(args)} failed: {out.stderr}")
+        return out
+
+    def submit(self, *job_args: str, workers: int = 1) -> str:
+        out = self.cli("submit", "--json", "--workers", str(workers), str(FAKE_JOB), *job_args)
+        return str(json.loads(out.stdout)["job_id"])
+
+    def job(self, job_id: str) -> dict[str, Any]:
+        return self.client.request("status", job_id=job_id)["job"]
+
+    def state_of(self, job_id: str) -> str:
+        return str(self.job(job_id)["state"])
+
+    def logs(self, job_id: str) -> str:
+        files = self.client.request("logs", job_id=job_id, limit=1 << 18)["files"]
+        return "".join(files[k]["data"] for k in sorted(files))
+
+    def kill_coordinator(self) -> None:
+        assert self.coordinator is not None
+        self.coordinator.send_signal(signal.SIGKILL)
+        self.coordinator.wait()
+        self.reset_client()
+
+    def kill_agent(self, name: str) -> None:
+        self.agents[name].send_signal(signal.SIGKILL)
+        self.agents[name].wait()
+
+    def close(self) -> None:
+        self.reset_client()
+        for p in [*self.agents.values(), self.coordinator]:
+            if p is not None and p.poll() is None:
+                p.terminate()
+        for p in [*self.agents.values(), self.coordinator]:
+            if p is not None:
+                try:
+                    p.wait(5)
+                except subprocess.TimeoutExpired:
+                    p.kill()
+                    p.wait()
+
+    def dump_logs(self) -> str:
+        return "\n".join(
+            f"--- {p.name} ---\n{p.read_text(errors='replace')[-4000:]}"
+            for p in sorted(self.tmp.glob("*.log"))
+        )
+
+
+@pytest.fixture
+def cluster(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Cluster]:
+    c = Cluster(tmp_path)
+    yield c
+    c.close()
+    if request.node.rep_call.failed if hasattr(request.node, "rep_call") else False:
+        print(c.dump_logs())
+
+
+@pytest.hookimpl(tryfirst=True, hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Iterator[None]:
+    """Remember each phase's report so fixtures can print service logs on failure."""
+    outcome = yield
+    rep = outcome.get_result()
+    setattr(item, f"rep_{rep.when}", rep)

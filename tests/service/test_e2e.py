@@ -1,0 +1,87 @@
+"""End to end on loopback: a coordinator, two agents with virtual GPUs and a stream of fake
+jobs submitted through the CLI. Short jobs preempt a long one (2D-LAS with a tiny queue
+threshold); the long one resumes from the step it checkpointed; everything completes."""
+
+from __future__ import annotations
+
+import json
+import re
+
+from .conftest import Cluster, wait_until
+
+
+def resume_points(log: str) -> tuple[list[int], list[int]]:
+    """(steps checkpointed at, steps started at) in one process's log, in order."""
+    saved = [int(s) for s in re.findall(r"checkpointed at step (\d+)", log)]
+    started = [int(s) for s in re.findall(r"start at step (\d+)", log)]
+    return saved, started
+
+
+def test_short_jobs_preempt_a_long_one_which_resumes(cluster: Cluster) -> None:
+    cluster.start_coordinator("--thresholds", "2", "--grace", "5", "--heartbeat-timeout", "3")
+    cluster.start_agent("a", gpus=1)
+    cluster.start_agent("b", gpus=1)
+    cluster.wait_nodes("a", "b")
+
+    long_job = cluster.submit("--steps", "50", "--step-time", "0.1", workers=2)
+    # demoted below Q1 once it has 2 GPU-seconds (1 s on 2 GPUs)
+    wait_until(lambda: cluster.job(long_job)["queue"] == 1, 20, "the long job's demotion")
+    assert cluster.job(long_job)["placement"] == {"a": [0], "b": [0]}
+    shorts = [cluster.submit("--steps", "4", "--step-time", "0.05") for _ in range(3)]
+
+    wait_until(lambda: cluster.job(long_job)["preemptions"] >= 1, 20, "a preemption")
+    everything = [long_job, *shorts]
+    wait_until(
+        lambda: all(cluster.state_of(j) == "completed" for j in everything),
+        60,
+        "every job to complete",
+    )
+
+    files = cluster.client.request("logs", job_id=long_job, limit=1 << 18)["files"]
+    chief = next(v["data"] for k, v in files.items() if k.endswith("chief-0.log"))
+    saved, started = resume_points(chief)
+    assert saved, chief
+    assert started == [0, *saved], f"resumed at {started} after checkpoints at {saved}"
+    assert chief.count("done after 50 steps") == 1
+    assert set(files) == {"a/chief-0.log", "b/worker-1.log"}
+
+    status = json.loads(cluster.cli("status", "--json").stdout)
+    assert {j["job_id"]: j["state"] for j in status} == dict.fromkeys(everything, "completed")
+    long_view = json.loads(cluster.cli("status", long_job, "--json").stdout)
+    assert long_view["restarts"] == len(saved) and long_view["exit_code"] == 0
+    # the human views render
+    assert long_job in cluster.cli("status").stdout
+    assert "GPUS" in cluster.cli("nodes").stdout
+    assert "QUEUE" in cluster.cli("queue").stdout
+    assert "done after 50 steps" in cluster.cli("logs", long_job).stdout
+
+
+def test_failing_job_reports_code_and_log_tail(cluster: Cluster) -> None:
+    cluster.start_coordinator("--heartbeat-timeout", "3")
+    cluster.start_agent("a", gpus=1)
+    cluster.start_agent("b", gpus=1)
+    cluster.wait_nodes("a", "b")
+    job = cluster.submit("--steps", "100", "--step-time", "0.05", "--fail-at", "3", workers=2)
+    wait_until(lambda: cluster.state_of(job) == "failed", 20, "the job to fail")
+    view = cluster.job(job)
+    assert view["exit_code"] == 3
+    assert "failing at step 3" in view["log_tail"]
+    # the surviving worker on the other node was stopped, not left running
+    nodes = cluster.client.request("nodes")["nodes"]
+    assert all(n["used"] == 0 for n in nodes)
+    assert "failing at step 3" in cluster.cli("status", job).stdout
+
+
+def test_cancel_waiting_and_running_jobs(cluster: Cluster) -> None:
+    cluster.start_coordinator()
+    cluster.start_agent("a", gpus=1)
+    cluster.wait_nodes("a")
+    running = cluster.submit("--steps", "1000", "--step-time", "0.05")
+    waiting = cluster.submit("--steps", "1000", "--step-time", "0.05")
+    wait_until(lambda: cluster.state_of(running) == "running", 10, "the first job to run")
+    assert cluster.state_of(waiting) == "waiting"
+    assert "cancelled" in cluster.cli("cancel", waiting).stdout
+    cluster.cli("cancel", running)
+    wait_until(lambda: cluster.state_of(running) == "cancelled", 10, "the cancellation")
+    refused = cluster.cli("cancel", "nope", check=False)
+    assert refused.returncode == 1 and "unknown job id 'nope'" in refused.stderr
