@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import itertools
+import json
 import logging
 import signal
 import sys
@@ -268,7 +269,10 @@ class Coordinator:
 
     # --- decisions → commands -----------------------------------------------------------
     def _act(self, decisions: list[Decision]) -> None:
+        now = self.clock.now()
         for d in decisions:
+            alloc = json.dumps(d.allocation.to_wire()) if isinstance(d, Start) else None
+            self.store.log_decision(now, type(d).__name__.lower(), d.job_id, alloc)
             if isinstance(d, Start):
                 self._start(d)
             elif isinstance(d, Preempt):

@@ -25,6 +25,9 @@ CREATE TABLE IF NOT EXISTS snapshot (id INTEGER PRIMARY KEY CHECK (id = 1),
 CREATE TABLE IF NOT EXISTS journal (seq INTEGER PRIMARY KEY, event BLOB NOT NULL);
 CREATE TABLE IF NOT EXISTS jobs (job_id TEXT PRIMARY KEY, seq INTEGER NOT NULL,
                                  record BLOB NOT NULL);
+CREATE TABLE IF NOT EXISTS decisions (n INTEGER PRIMARY KEY AUTOINCREMENT, time REAL NOT NULL,
+                                      kind TEXT NOT NULL, job_id TEXT NOT NULL,
+                                      allocation TEXT);
 """
 
 
@@ -98,6 +101,18 @@ class Store:
         ]
         self.since_snapshot = len(events)
         return (_unpack(snap[1]) if snap else None), events  # type: ignore[return-value]
+
+    def log_decision(self, now: float, kind: str, job_id: str, allocation: str | None) -> None:
+        """Audit trail of every decision acted upon, in order (never replayed)."""
+        self.db.execute(
+            "INSERT INTO decisions (time, kind, job_id, allocation) VALUES (?, ?, ?, ?)",
+            (now, kind, job_id, allocation),
+        )
+
+    def decisions(self) -> list[tuple[float, str, str, str | None]]:
+        return list(
+            self.db.execute("SELECT time, kind, job_id, allocation FROM decisions ORDER BY n")
+        )
 
     # --- service records --------------------------------------------------------------
     def put_job(self, job_id: str, record: dict[str, Any]) -> None:

@@ -1,0 +1,75 @@
+"""``tiresias-run``: embedded coordinator + local agent, the job's exit code, Ctrl-C cancels."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+from .conftest import FAKE_JOB, Cluster, wait_until
+
+
+def run(*args: str, cwd: Path) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "tiresias_launch.run", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=cwd,
+    )
+
+
+def test_embedded_run_streams_logs_and_exits_with_the_job_code(tmp_path: Path) -> None:
+    ok = run("--workers", "2", str(FAKE_JOB), "--steps", "3", "--step-time", "0.01", cwd=tmp_path)
+    out, err = ok.communicate(timeout=60)
+    assert ok.returncode == 0, err
+    assert "[local/chief-0.log] done after 3 steps" in out
+    assert "[local/worker-1.log] done after 3 steps" in out
+    assert "completed" in err
+
+    bad = run(str(FAKE_JOB), "--steps", "5", "--step-time", "0.01", "--fail-at", "2", cwd=tmp_path)
+    out, err = bad.communicate(timeout=60)
+    assert bad.returncode == 3, err
+    assert "failing at step 2" in out and "exit code 3" in err
+
+
+def test_ctrl_c_cancels_the_job(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    proc = run(
+        "--state",
+        str(state),
+        str(FAKE_JOB),
+        "--steps",
+        "10000",
+        "--step-time",
+        "0.02",
+        cwd=tmp_path,
+    )
+    log = state / "agent" / "logs" / "j1" / "chief-0.log"
+    wait_until(lambda: log.exists() and "step 3" in log.read_text(), 30, "the job to run")
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 130, err
+    assert "cancelling j1" in err and "cancelled" in err
+    assert "done after" not in log.read_text()
+
+
+def test_run_against_a_running_cluster(cluster: Cluster) -> None:
+    cluster.start_coordinator()
+    cluster.start_agent("a", gpus=1)
+    cluster.wait_nodes("a")
+    proc = run(
+        "--coordinator",
+        cluster.address,
+        str(FAKE_JOB),
+        "--steps",
+        "2",
+        "--step-time",
+        "0.01",
+        cwd=cluster.tmp,
+    )
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    assert "done after 2 steps" in out
+    assert cluster.state_of("j1") == "completed"
