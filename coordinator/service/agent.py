@@ -28,6 +28,7 @@ from typing import Any
 import zmq
 
 from coordinator import protocol
+from coordinator.service.client import ADDRESS_ENV as COORDINATOR_ENV
 from coordinator.service.client import client_keys, dealer, default_address
 from coordinator.service.keys import KEYS_ENV, ClientKeys
 
@@ -338,6 +339,7 @@ class Agent:
             env["CUDA_VISIBLE_DEVICES"] = spec["env"].get(
                 "CUDA_VISIBLE_DEVICES", ",".join(map(str, spec["gpus"]))
             )
+            env[COORDINATOR_ENV] = self.coordinator  # the route this node knows works
             if self.keys_dir:
                 env[KEYS_ENV] = self.keys_dir
             with path.open("ab") as out:

@@ -56,7 +56,7 @@ class Cluster:
         self.tmp = tmp
         self.port = free_port()
         self.bind_host = bind_host
-        self.address = f"tcp://127.0.0.1:{self.port}"
+        self.address = f"tcp://{bind_host}:{self.port}"
         self.state = tmp / "state"
         self.coordinator: subprocess.Popen[bytes] | None = None
         self.coordinator_args: list[str] = []
