@@ -1,10 +1,12 @@
 """Scheduling policies: each orders the candidate jobs (waiting, plus running ones when it is
-preemptive) by a sort key; the scheduler walks that order to select jobs.
+preemptive) by a sort key; the scheduler merges the two orders to select jobs.
 
 Keys end with the job id, and every key breaks ties by arrival then job id, so orders are
 deterministic. A job whose key cannot change while it stays in its state ("static") lives in
-one incrementally sorted list; jobs with time-dependent keys (typically the running ones of
-LAS/SRTF) are sorted at each pass and merged in, which costs O(running), never O(all jobs).
+an incrementally sorted list (running jobs with a parallel list of GPU counts, so the
+scheduler can sum a run of them at C speed); jobs with time-dependent keys (the running ones
+of LAS/SRTF/Gandiva, Gittins queues) are sorted at each pass, which costs O(those jobs),
+never O(all jobs ever seen).
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import bisect
 import heapq
 import math
 from abc import ABC, abstractmethod
-from collections.abc import Iterator
+from collections.abc import Iterable
 from typing import Any, ClassVar
 
 from coordinator.core.config import SchedulerConfig
@@ -37,15 +39,21 @@ class Policy(ABC):
         """Reset the ordering structures for a (new) scheduler; called by the Scheduler."""
         self.config = config
         self._members: dict[str, Job] = {}
-        self._keys: dict[str, Key] = {}
-        self._sorted: list[Key] = []
-        self._dynamic: dict[str, Job] = {}
+        self._filed: dict[str, Key | None] = {}  # static key, or None when dynamic
+        self._waiting: list[Key] = []  # static keys of waiting jobs, sorted
+        self._running: list[Key] = []  # static keys of running jobs, sorted …
+        self._running_gpus: list[int] = []  # … and their GPU counts, in the same order
+        self._waiting_dyn: dict[str, Job] = {}
+        self._running_dyn: dict[str, Job] = {}
+        self._version = 0  # bumped on every change: running_order's cache key
+        self._cached: tuple[tuple[float, int], tuple[list[Key], list[int]]] | None = None
 
     @abstractmethod
     def key(self, job: Job, now: float) -> Key:
         """Priority key (smaller first), ending with the job id."""
 
     def is_static(self, job: Job) -> bool:
+        """Whether ``job``'s key stays fixed while its state does (default: waiting jobs)."""
         return job.state is JobState.WAITING
 
     def validate(self, spec: JobSpec) -> None:
@@ -54,41 +62,67 @@ class Policy(ABC):
 
     def changed(self, job: Job, now: float) -> None:
         """Re-file ``job`` after any change of its state, queue or service."""
-        self._drop(job.job_id)
-        if job.state is JobState.WAITING or (job.state is JobState.RUNNING and self.preemptive):
-            self._members[job.job_id] = job
-            if self.is_static(job):
-                k = self.key(job, now)
-                self._keys[job.job_id] = k
-                bisect.insort(self._sorted, k)
-            else:
-                self._dynamic[job.job_id] = job
+        self.remove(job)
+        running = job.state is JobState.RUNNING
+        if not (job.state is JobState.WAITING or (running and self.preemptive)):
+            return
+        job_id = job.job_id
+        self._members[job_id] = job
+        if not self.is_static(job):
+            (self._running_dyn if running else self._waiting_dyn)[job_id] = job
+            self._filed[job_id] = None
+            return
+        k = self.key(job, now)
+        self._filed[job_id] = k
+        if running:
+            i = bisect.bisect(self._running, k)
+            self._running.insert(i, k)
+            self._running_gpus.insert(i, job.gpus)
+        else:
+            bisect.insort(self._waiting, k)
 
     def remove(self, job: Job) -> None:
-        self._drop(job.job_id)
-
-    def _drop(self, job_id: str) -> None:
+        self._version += 1
+        job_id = job.job_id
         if self._members.pop(job_id, None) is None:
             return
-        k = self._keys.pop(job_id, None)
+        k = self._filed.pop(job_id)
         if k is None:
-            del self._dynamic[job_id]
+            if self._running_dyn.pop(job_id, None) is None:
+                del self._waiting_dyn[job_id]
+            return
+        i = bisect.bisect_left(self._running, k)
+        if i < len(self._running) and self._running[i] == k:
+            del self._running[i]
+            del self._running_gpus[i]
         else:
-            del self._sorted[bisect.bisect_left(self._sorted, k)]
+            del self._waiting[bisect.bisect_left(self._waiting, k)]
+
+    def job(self, key: Key) -> Job:
+        return self._members[key[-1]]
+
+    def running_order(self, now: float) -> tuple[list[Key], list[int]]:
+        """Keys of the running candidates, highest priority first, and their GPU counts.
+        The lists are the policy's own: read them, never modify them."""
+        if not self._running_dyn:
+            return self._running, self._running_gpus
+        if self._cached is None or self._cached[0] != (now, self._version):
+            keys = sorted([*self._running, *(self.key(j, now) for j in self._running_dyn.values())])
+            self._cached = ((now, self._version), (keys, [self._members[k[-1]].gpus for k in keys]))
+        return self._cached[1]
+
+    def waiting_order(self, now: float) -> Iterable[Key]:
+        """Keys of the waiting jobs, highest priority first."""
+        if not self._waiting_dyn:
+            return self._waiting
+        dyn = sorted(self.key(j, now) for j in self._waiting_dyn.values())
+        return heapq.merge(self._waiting, dyn)
 
     def finished(self, job: Job) -> None:  # noqa: B027 (optional hook)
         """A job left the system (completed, failed or cancelled): learn from it."""
 
     def refresh(self, now: float) -> None:  # noqa: B027 (optional hook)
         """Apply time-driven changes (demotion, promotion) due at or before ``now``."""
-
-    def order(self, now: float) -> Iterator[Job]:
-        """Candidates, highest priority first."""
-        members = self._members
-        if not self._dynamic:
-            return (members[k[-1]] for k in self._sorted)
-        dyn = sorted(self.key(j, now) for j in self._dynamic.values())
-        return (members[k[-1]] for k in heapq.merge(self._sorted, dyn))
 
     def next_wakeup(self, now: float) -> float | None:
         """Next time this policy's order may change without an outside event."""
@@ -240,24 +274,32 @@ class Las(Policy):
         self.crossings = crossings
 
     def key(self, job: Job, now: float) -> Key:
-        return (job.attained(now), job.spec.arrival, job.job_id)
+        s = job.spec
+        if job.last_start is None:
+            return (s.gpus * job.executed, s.arrival, s.job_id)
+        return (s.gpus * (job.executed + (now - job.last_start)), s.arrival, s.job_id)
 
     def next_wakeup(self, now: float) -> float | None:
-        if not self.crossings:
+        waiting = self._waiting
+        if not (self.crossings and waiting):
             return None
-        waiting = self._sorted
         best = math.inf
-        for r in self._dynamic.values():
-            rk = self.key(r, now)
-            for a_w, arr_w, id_w in waiting[bisect.bisect_right(waiting, rk):]:
-                t = now + (a_w - rk[0]) / r.gpus
+        keys, gpus = self.running_order(now)
+        for rk, g in zip(keys, gpus, strict=True):
+            r = self._members[rk[-1]]
+            assert r.last_start is not None
+            for i in range(bisect.bisect_right(waiting, rk), len(waiting)):
+                a_w, arr_w, id_w = waiting[i]
+                t = r.last_start + (a_w / g - r.executed)  # from fixed fields: reproducible
                 if t >= best:
                     break
                 wins = (arr_w, id_w) < rk[1:]
-                best = max(t if wins else t + self.quantum, math.nextafter(now, math.inf))
+                best = min(best, t if wins else t + self.quantum)
                 if wins:
                     break
-        return None if math.isinf(best) else best
+        if math.isinf(best):
+            return None
+        return best if best > now else math.nextafter(now, math.inf)  # rounding: next ulp
 
 
 class Srtf(Policy):
@@ -335,9 +377,10 @@ class Gandiva(Policy):
         return (2, -job.last_start, s.arrival, s.job_id)
 
     def next_wakeup(self, now: float) -> float | None:
-        if not self._sorted:
+        if not self._waiting:
             return None
-        ends = [t for j in self._dynamic.values() if (t := j.last_start + self.quantum) > now]  # type: ignore[operator]
+        ends = [t for j in self._running_dyn.values()
+                if (t := j.last_start + self.quantum) > now]  # type: ignore[operator]
         return min(ends, default=None)
 
 

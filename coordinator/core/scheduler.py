@@ -31,6 +31,7 @@ Semantics:
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import math
 from collections.abc import Iterable, Iterator
@@ -84,11 +85,12 @@ class Scheduler:
         self._nodes: dict[str, Node] = {}  # every node ever seen (last description)
         self._up: dict[str, list[int]] = {}  # free GPU indices of nodes that are up
         self._capacity = 0  # GPUs on nodes that are up
+        self._known = 0  # GPUs on every node ever seen (the largest job that may come)
         self._free_total = 0  # free GPUs on nodes that are up
         self._active: dict[str, Job] = {}  # submission order
         self._done: dict[str, Job] = {}
         self._running: dict[str, Job] = {}
-        self._waiting = 0
+        self._waiting: dict[int, int] = {}  # GPU count → number of WAITING jobs of that size
         for node in nodes:
             self._add_node(node)
 
@@ -99,6 +101,8 @@ class Scheduler:
             raise CoreError(f"node {node.name} is already up")
         if len(set(node.gpus)) != len(node.gpus):
             raise CoreError(f"node {node.name} lists a GPU twice: {node.gpus}")
+        old = self._nodes.get(node.name)
+        self._known += len(node.gpus) - (len(old.gpus) if old else 0)
         self._nodes[node.name] = node
         held = {g for j in self._active.values() if j.allocation
                 for n, gs in j.allocation.gpus if n == node.name for g in gs}
@@ -172,16 +176,22 @@ class Scheduler:
             raise CoreError(f"duplicate job id {spec.job_id}")
         if spec.gpus < 1:
             raise CoreError(f"job {spec.job_id} asks for {spec.gpus} GPUs; needs at least 1")
-        total = sum(len(n.gpus) for n in self._nodes.values())
-        if self.config.reject_oversized and spec.gpus > total:
+        if self.config.reject_oversized and spec.gpus > self._known:
             raise CoreError(
-                f"job {spec.job_id} asks for {spec.gpus} GPUs but the cluster has {total}")
+                f"job {spec.job_id} asks for {spec.gpus} GPUs but the cluster has {self._known}")
         self.policy.validate(spec)
         job = Job(spec=spec, wait_since=now)
         self._active[spec.job_id] = job
-        self._waiting += 1
+        self._count_waiting(job, 1)
         self.policy.changed(job, now)
         return job
+
+    def _count_waiting(self, job: Job, delta: int) -> None:
+        n = self._waiting.get(job.gpus, 0) + delta
+        if n:
+            self._waiting[job.gpus] = n
+        else:
+            del self._waiting[job.gpus]
 
     def _stop(self, job: Job, now: float) -> None:
         """Stop accruing service (RUNNING → PREEMPTING); GPUs stay taken until exit."""
@@ -215,12 +225,12 @@ class Scheduler:
         else:
             job.restarts += 1
             job.state = JobState.WAITING
-            self._waiting += 1
+            self._count_waiting(job, 1)
             self.policy.changed(job, now)
 
     def _finish(self, job: Job, state: JobState, now: float) -> None:
         if job.state is JobState.WAITING:
-            self._waiting -= 1
+            self._count_waiting(job, -1)
         job.state = state
         job.finish = now
         job.wait_since = None
@@ -260,19 +270,38 @@ class Scheduler:
         decisions: list[Decision] = []
         if not self._waiting:  # nothing to start, nobody to make room for
             return decisions
+        policy = self.policy
+        rkeys, rgpus = policy.running_order(now)
+        smallest = min(self._waiting)
         budget = self._capacity
-        keep: set[str] = set()
+        drop: list[int] = []  # indices into rkeys of running jobs that lose their GPUs
         chosen: list[Job] = []
-        for job in self.policy.order(now):
+        j = 0  # running jobs before index j have been decided
+
+        def running_until(i: int) -> None:
+            """Decide running jobs j..i-1: all kept at once when they fit (the usual case)."""
+            nonlocal budget, j
+            total = sum(rgpus[j:i])
+            if total <= budget:
+                budget -= total
+            else:
+                for t in range(j, i):
+                    if rgpus[t] <= budget:
+                        budget -= rgpus[t]
+                    else:
+                        drop.append(t)
+            j = i
+
+        for wk in policy.waiting_order(now):
+            running_until(bisect.bisect_left(rkeys, wk, j))
+            job = policy.job(wk)
             if job.gpus <= budget:
                 budget -= job.gpus
-                if job.state is JobState.RUNNING:
-                    keep.add(job.job_id)
-                else:
-                    chosen.append(job)
-                if budget == 0:
-                    break
-        for job in [j for j in self._running.values() if j.job_id not in keep]:
+                chosen.append(job)
+            if budget < smallest:  # no other waiting job can fit any more
+                break
+        running_until(len(rkeys))
+        for job in [policy.job(rkeys[t]) for t in drop]:
             job.preemptions += 1
             self._stop(job, now)
             decisions.append(Preempt(job.job_id))
@@ -286,10 +315,10 @@ class Scheduler:
         decisions: list[Decision] = []
         if not self._waiting:
             return decisions
-        for job in list(self.policy.order(now)):
-            if self._free_total == 0:
+        for wk in list(self.policy.waiting_order(now)):
+            if self._free_total < min(self._waiting):
                 break
-            start = self._try_start(job, now)
+            start = self._try_start(self.policy.job(wk), now)
             if start is not None:
                 decisions.append(start)
             elif self.policy.blocking:
@@ -313,7 +342,7 @@ class Scheduler:
         if job.first_start is None:
             job.first_start = now
         job.wait_since = None
-        self._waiting -= 1
+        self._count_waiting(job, -1)
         self._running[job.job_id] = job
         self.policy.changed(job, now)
         return Start(job.job_id, job.allocation)
@@ -371,7 +400,8 @@ class Scheduler:
             sched._done[job.job_id] = job
         for job in jobs[:n_active]:
             sched._active[job.job_id] = job
-            sched._waiting += job.state is JobState.WAITING
+            if job.state is JobState.WAITING:
+                sched._count_waiting(job, 1)
         for job_id in state["running"]:
             sched._running[job_id] = sched._active[job_id]
         for d in state["nodes"]:
@@ -380,6 +410,7 @@ class Scheduler:
                 sched._add_node(node)
             else:
                 sched._nodes[node.name] = node
+                sched._known += len(node.gpus)
         clock = state["clock"]
         for job in jobs[:n_active]:
             sched.policy.changed(job, clock if clock is not None else 0.0)
