@@ -1,0 +1,352 @@
+"""Scheduler behaviour on small hand-made scenarios."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from coordinator.core import (
+    PLACEMENT_NAMES,
+    POLICY_NAMES,
+    CoreError,
+    ExitOutcome,
+    JobSpec,
+    JobState,
+    Kill,
+    Node,
+    Preempt,
+    Scheduler,
+    SchedulerConfig,
+    Start,
+    make_placement,
+    make_policy,
+)
+
+CP = ExitOutcome.CHECKPOINTED
+
+
+def sched(policy: str = "tiresias-l", gpus: tuple[int, ...] = (2,), placement: str = "consolidate",
+          **config: object) -> Scheduler:
+    nodes = [Node(f"n{i}", tuple(range(g))) for i, g in enumerate(gpus)]
+    return Scheduler(nodes, make_policy(policy), make_placement(placement),
+                     SchedulerConfig(**config))  # type: ignore[arg-type]
+
+
+def spec(job_id: str, gpus: int, arrival: float = 0.0, duration: float | None = 100.0,
+         skew: float | None = None) -> JobSpec:
+    return JobSpec(job_id, gpus, arrival, duration, skew)
+
+
+def started(decisions: list) -> list[str]:
+    return [d.job_id for d in decisions if isinstance(d, Start)]
+
+
+def preempted(decisions: list) -> list[str]:
+    return [d.job_id for d in decisions if isinstance(d, Preempt)]
+
+
+def settle(s: Scheduler, now: float) -> list:
+    """Passes at ``now`` with preempted jobs exiting at once, like the simulator."""
+    out = []
+    while decisions := s.schedule(now):
+        out += decisions
+        for job_id in preempted(decisions):
+            s.exited(job_id, now, CP)
+    return out
+
+
+# ---- requests the core refuses ------------------------------------------------------------
+
+def test_submit_validation() -> None:
+    s = sched(gpus=(2, 2))
+    s.submit(spec("a", 1), 0)
+    with pytest.raises(CoreError, match="duplicate job id a"):
+        s.submit(spec("a", 1), 0)
+    with pytest.raises(CoreError, match="job b asks for 0 GPUs"):
+        s.submit(spec("b", 0), 0)
+    with pytest.raises(CoreError, match="job c asks for 5 GPUs but the cluster has 4"):
+        s.submit(spec("c", 5), 0)
+    settle(s, 0)
+    s.exited("a", 1, ExitOutcome.COMPLETED)
+    with pytest.raises(CoreError, match="duplicate"):
+        s.submit(spec("a", 1), 1)  # finished ids stay taken
+    with pytest.raises(CoreError, match="needs the true duration"):
+        sched("srtf").submit(spec("x", 1, duration=None), 0)
+    with pytest.raises(CoreError, match="backwards"):
+        s.schedule(0.5)
+    with pytest.raises(CoreError, match="unknown job"):
+        s.job("zz")
+    with pytest.raises(CoreError, match="not running"):
+        s.exited("a", 2, ExitOutcome.COMPLETED)
+
+
+def test_oversized_check_can_be_disabled_for_an_empty_cluster() -> None:
+    s = Scheduler([], config=SchedulerConfig(reject_oversized=False))
+    s.submit(spec("a", 4), 0)
+    assert s.schedule(0) == [] and s.next_wakeup(0) is None
+    s.node_up(Node("n", (0, 1, 2, 3)), 1)
+    assert started(s.schedule(1)) == ["a"]
+
+
+def test_factories_name_the_valid_choices() -> None:
+    with pytest.raises(CoreError, match="unknown policy 'fifo'; valid: tiresias-l, tiresias-g"):
+        make_policy("fifo")
+    with pytest.raises(CoreError, match="bad parameters for policy 'sf'"):
+        make_policy("sf", quantum=3)
+    with pytest.raises(CoreError, match="valid: consolidate, spread, yarn, skew"):
+        make_placement("packed")
+    assert set(POLICY_NAMES) == {"tiresias-l", "tiresias-g", "las", "yarn-cs", "best-effort",
+                                 "sf", "srtf", "srsf", "gandiva"}
+    assert set(PLACEMENT_NAMES) == {"consolidate", "spread", "yarn", "skew"}
+    for bad in ({"queue_thresholds": (10.0, 5.0)}, {"queue_thresholds": (0.0,)},
+                {"promote_knob": 0}, {"interval": -1.0}):
+        with pytest.raises(CoreError):
+            SchedulerConfig(**bad)  # type: ignore[arg-type]
+    assert SchedulerConfig().queues == 2
+
+
+# ---- starts, queues, demotion and promotion ---------------------------------------------
+
+def test_start_takes_all_gpus_and_fifo_within_queue() -> None:
+    s = sched(gpus=(2,))
+    s.submit(spec("a", 2), 0)
+    [start] = s.schedule(0)
+    assert start == Start("a", start.allocation) and start.allocation.count == 2
+    assert s.job("a").state is JobState.RUNNING and s.free_gpus() == {"n0": ()}
+    s.submit(spec("b", 1, arrival=1), 1)
+    # same queue: the started job keeps its GPUs, the newcomer waits (no head-of-queue churn)
+    assert s.schedule(1) == []
+    assert s.next_wakeup(1) == 3600.0 / 2  # a's demotion: default Q_1^hi = 3600 GPU-s
+
+
+def test_demotion_at_exact_crossing_then_preemption() -> None:
+    s = sched(gpus=(2,), queue_thresholds=(100.0,))
+    s.submit(spec("a", 2), 0)
+    settle(s, 0)
+    s.submit(spec("b", 1, arrival=10), 10)
+    assert settle(s, 10) == []
+    assert s.next_wakeup(10) == 50.0  # 100 GPU-s / 2 GPUs
+    assert settle(s, 49.5) == [] and s.job("a").queue == 0
+    out = settle(s, 50.0)
+    assert preempted(out) == ["a"] and started(out) == ["b"]
+    a = s.job("a")
+    assert a.queue == 1 and a.executed == 50.0 and a.attained(50.0) == 100.0
+    assert a.state is JobState.WAITING and a.restarts == 1 and a.preemptions == 1
+
+
+def test_starvation_promotion_resets_service_and_wait() -> None:
+    s = sched(gpus=(2,), queue_thresholds=(100.0,), promote_knob=1.0)
+    s.submit(spec("a", 2), 0)
+    settle(s, 0)
+    s.submit(spec("b", 1, arrival=10), 10)
+    settle(s, 10)
+    settle(s, 50.0)  # a demoted and preempted; waits from 50 with t_J = 50
+    assert s.next_wakeup(50.0) == 100.0  # δ ≥ 1 × 50 (before b's demotion at 150)
+    out = settle(s, 100.0)
+    a = s.job("a")
+    assert a.promotions == 1 and a.queue == 0 and a.executed == 0.0
+    # back in queue 0, a (first started at 0) is ahead of b (first started at 50)
+    assert preempted(out) == ["b"] and started(out) == ["a"]
+    assert a.total_executed == 50.0  # never reset: JCT and oracles use it
+
+
+def test_no_promotion_when_knob_is_infinite() -> None:
+    s = sched(gpus=(2,), queue_thresholds=(100.0,), promote_knob=math.inf)
+    s.submit(spec("a", 2), 0)
+    settle(s, 0)
+    s.submit(spec("b", 1, arrival=10), 10)
+    settle(s, 50.0)
+    assert s.next_wakeup(50.0) == 150.0  # only b's own demotion
+
+
+def test_multiple_queues_demote_one_by_one() -> None:
+    s = sched(gpus=(1,), queue_thresholds=(10.0, 30.0))
+    s.submit(spec("a", 1), 0)
+    settle(s, 0)
+    assert s.next_wakeup(0) == 10.0
+    settle(s, 10.0)
+    assert s.job("a").queue == 1 and s.next_wakeup(10.0) == 30.0
+    settle(s, 45.0)  # passes may come late: the crossing is still applied
+    assert s.job("a").queue == 2 and s.next_wakeup(45.0) is None
+
+
+# ---- cancel, exit outcomes, nodes ---------------------------------------------------------
+
+def test_cancel_and_kill() -> None:
+    s = sched(gpus=(2,))
+    s.submit(spec("a", 2), 0)
+    s.submit(spec("b", 2), 0)
+    settle(s, 0)
+    assert s.cancel("b", 1) == [] and s.job("b").state is JobState.CANCELLED
+    assert s.cancel("a", 2) == [Kill("a")]
+    assert s.job("a").state is JobState.PREEMPTING and s.free_gpus() == {"n0": ()}
+    assert s.job("a").total_executed == 2.0  # service stops at the kill
+    s.exited("a", 3, CP)
+    assert s.job("a").state is JobState.CANCELLED and s.free_gpus() == {"n0": (0, 1)}
+    assert s.cancel("a", 4) == []
+    assert [j.job_id for j in s.jobs()] == ["b", "a"]
+
+
+def test_exit_outcomes() -> None:
+    s = sched(gpus=(4,))
+    for j in "abc":
+        s.submit(spec(j, 1), 0)
+    settle(s, 0)
+    s.exited("a", 5, ExitOutcome.COMPLETED)
+    s.exited("b", 5, ExitOutcome.FAILED)
+    s.exited("c", 5, ExitOutcome.LOST)
+    assert [s.job(j).state for j in "abc"] == [JobState.COMPLETED, JobState.FAILED,
+                                               JobState.WAITING]
+    assert s.job("a").finish == 5 and s.job("c").restarts == 1
+    assert [j.job_id for j in s.jobs()] == ["c", "a", "b"]  # active first
+    assert started(settle(s, 6)) == ["c"]
+
+
+def test_node_down_and_up() -> None:
+    s = sched(gpus=(2, 2))
+    s.submit(spec("big", 4), 0)
+    s.submit(spec("small", 1), 0)
+    assert started(settle(s, 0)) == ["big"]
+    assert s.node_down("n1", 5) == ["big"]
+    big = s.job("big")
+    assert big.state is JobState.PREEMPTING and big.total_executed == 5
+    assert s.capacity == 2 and s.free_gpus() == {"n0": ()}  # n0 stays busy until the exit
+    s.exited("big", 6, ExitOutcome.LOST)
+    assert big.state is JobState.WAITING and big.restarts == 1
+    assert started(settle(s, 6)) == ["small"]  # big cannot fit now; small can
+    with pytest.raises(CoreError, match="not up"):
+        s.node_down("n1", 7)
+    s.node_up(Node("n1", (0, 1)), 7)
+    with pytest.raises(CoreError, match="already up"):
+        s.node_up(Node("n1", (0, 1)), 7)
+    s.exited("small", 8, ExitOutcome.COMPLETED)
+    assert started(settle(s, 8)) == ["big"]
+
+
+# ---- baselines -------------------------------------------------------------------------------
+
+@pytest.mark.parametrize(("policy", "starts"), [("yarn-cs", []), ("best-effort", ["c"])])
+def test_head_of_line_blocking(policy: str, starts: list[str]) -> None:
+    s = sched(policy, gpus=(4,), placement="yarn")
+    s.submit(spec("a", 3), 0)
+    assert started(settle(s, 0)) == ["a"]
+    s.submit(spec("b", 2, arrival=1), 1)
+    s.submit(spec("c", 1, arrival=2), 2)
+    assert started(settle(s, 2)) == starts
+    s.exited("a", 3, ExitOutcome.COMPLETED)
+    assert started(settle(s, 3)) == ["b"] + (["c"] if not starts else [])
+
+
+def test_smallest_first_is_not_preemptive() -> None:
+    s = sched("sf", gpus=(2,))
+    s.submit(spec("a", 2), 0)
+    s.submit(spec("b", 1), 0)
+    s.submit(spec("c", 2), 0)
+    assert started(settle(s, 0)) == ["b"]
+    s.submit(spec("d", 1, arrival=1), 1)
+    assert started(settle(s, 1)) == ["d"]
+    s.exited("b", 2, ExitOutcome.COMPLETED)
+    s.exited("d", 2, ExitOutcome.COMPLETED)
+    assert started(settle(s, 2)) == ["a"]  # a and c tie on size: arrival, then id
+
+
+def test_srtf_preempts_for_shorter_remaining() -> None:
+    s = sched("srtf", gpus=(1,))
+    s.submit(spec("long", 1, duration=100), 0)
+    settle(s, 0)
+    s.submit(spec("short", 1, arrival=10, duration=50), 10)
+    assert settle(s, 10) == [Preempt("long"), Start("short", s.job("short").allocation)]
+    s.submit(spec("mid", 1, arrival=20, duration=45), 20)  # 45 > 40 left of short
+    assert settle(s, 20) == []
+
+
+def test_gandiva_time_slices() -> None:
+    s = Scheduler([Node("n", (0,))], make_policy("gandiva", quantum=10.0))
+    for j in "ab":
+        s.submit(spec(j, 1), 0)
+    turns = []
+    now = 0.0
+    for _ in range(4):
+        turns += started(settle(s, now))
+        now = s.next_wakeup(now)
+    assert turns == ["a", "b", "a", "b"] and now == 40.0
+    s.cancel("b", now)
+    s.exited("b", now, CP)
+    assert s.next_wakeup(now) is None  # alone: no more slicing
+
+
+def test_las_crossings_are_exact() -> None:
+    s = Scheduler([Node("n", (0,))], make_policy("las", quantum=3.0))
+    s.submit(spec("a", 1), 0)
+    settle(s, 0)
+    s.submit(spec("b", 1, arrival=5), 5)
+    assert preempted(settle(s, 5)) == ["a"]  # b has less service
+    # b reaches a's 5 GPU-s at 10; a arrived first so it wins the tie at equality
+    assert s.next_wakeup(5) == 10.0
+    assert started(settle(s, 10.0)) == ["a"]
+    # now a leads the tie, so b needs a to get strictly ahead: resolved one quantum later
+    assert s.next_wakeup(10.0) == 13.0
+    assert started(settle(s, 13.0)) == ["b"]
+
+
+# ---- placement ----------------------------------------------------------------------------
+
+def place(placement: str, free: dict[str, int], gpus: int, skew: float | None = None,
+          switches: dict[str, str] | None = None, size: int = 4) -> dict[str, int] | None:
+    from coordinator.core.model import Job
+    nodes = {n: Node(n, tuple(range(size)), (switches or {}).get(n)) for n in free}
+    return make_placement(placement, packlimit=0.5).choose(Job(spec("j", gpus, skew=skew)),
+                                                           free, nodes)
+
+
+def test_placements() -> None:
+    free = {"a": 4, "b": 2, "c": 3}
+    assert place("consolidate", free, 2) == {"b": 2}  # best fit on one node
+    assert place("consolidate", free, 6) == {"a": 4, "b": 2}  # two nodes, exact last piece
+    assert place("spread", free, 4) == {"b": 2, "c": 2}  # fill fragments first
+    assert place("yarn", free, 4) == {"a": 4}
+    assert place("yarn", {"a": 3, "b": 3}, 4) is None  # fits one node in size: wait for one
+    assert place("yarn", {"a": 4, "b": 4, "c": 3}, 6) == {"a": 4, "b": 2}  # whole free nodes
+    assert place("yarn", {"a": 4, "b": 3, "c": 3}, 6) is None
+    assert place("consolidate", free, 10) is None
+    assert place("skew", free, 4, skew=0.9) == {"a": 4}
+    assert place("skew", free, 4, skew=0.2) == {"b": 2, "c": 2}
+    assert place("skew", free, 4, skew=None) == {"a": 4}  # unknown skew: consolidate
+    sw = {"a": "s1", "b": "s2", "c": "s2"}
+    assert place("consolidate", {"a": 3, "b": 2, "c": 2}, 4, switches=sw) == {"b": 2, "c": 2}
+
+
+def test_update_skew_changes_placement() -> None:
+    s = Scheduler([Node("n0", (0, 1, 2, 3)), Node("n1", (0, 1))],
+                  make_policy("tiresias-l"), make_placement("skew", packlimit=0.5))
+    s.submit(spec("a", 2, skew=0.9), 0)
+    assert s.schedule(0)[0].allocation.nodes == ("n1",)  # best fit
+    s.submit(spec("b", 2), 0)
+    s.update_skew("b", 0.1)
+    assert s.job("b").spec.skew == 0.1
+    assert s.schedule(0)[0].allocation.to_wire() == {"n0": [0, 1]}
+
+
+# ---- persistence ----------------------------------------------------------------------------
+
+def test_state_round_trip_mid_run() -> None:
+    cfg = {"queue_thresholds": (10.0,), "promote_knob": 2.0}
+    s = sched(gpus=(2, 2), **cfg)
+    for i, g in enumerate([2, 1, 2, 1, 3]):
+        s.submit(spec(f"j{i}", g, arrival=i), i)
+        settle(s, i)
+    s.node_down("n1", 4.5)
+    state = json.loads(json.dumps(s.export_state()))
+    r = Scheduler.from_state(state, make_policy("tiresias-l"), make_placement("consolidate"))
+    assert r.export_state() == s.export_state()
+    assert r.next_wakeup(5) == s.next_wakeup(5)
+    for x in (s, r):
+        for job in x.jobs():
+            if job.state is JobState.PREEMPTING:
+                x.exited(job.job_id, 5, ExitOutcome.LOST)
+        x.node_up(Node("n1", (0, 1)), 5)
+    for t in (5.0, 12.0, 30.0, 60.0):
+        assert settle(r, t) == settle(s, t)
+    assert r.export_state() == s.export_state()
