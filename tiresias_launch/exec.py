@@ -28,6 +28,7 @@ def main(argv: list[str] | None = None) -> int:
     if not os.path.isfile(script):
         print(f"tiresias_launch.exec: no such script: {script}", file=sys.stderr)
         return 2
+    sys.argv = list(argv)  # the script's name is the default job id in pass-through mode
     try:
         rt = get_runtime()
     except EnvError as e:
@@ -38,7 +39,6 @@ def main(argv: list[str] | None = None) -> int:
 
         gloo.prepare()
     keras.install()
-    sys.argv = list(argv)
     sys.path[0] = os.path.dirname(os.path.abspath(script))
     code = 0
     try:

@@ -121,12 +121,15 @@ class _PreemptibleFit:
     ) -> None:
         self.original = original
         self.model = model
-        bound = inspect.signature(original).bind(model, *args, **kwargs)
-        bound.apply_defaults()
-        self.arguments = dict(bound.arguments)
-        self.arguments.pop("self")
-        extra = self.arguments.pop("kwargs", {})
-        self.arguments.update(extra)
+        signature = inspect.signature(original)
+        bound = signature.bind(model, *args, **kwargs)
+        self.arguments = {k: v for k, v in bound.arguments.items() if k not in ("self", "kwargs")}
+        self.arguments.update(bound.arguments.get("kwargs", {}))
+        self.defaults = {
+            name: p.default
+            for name, p in signature.parameters.items()
+            if p.default is not inspect.Parameter.empty
+        }
         self.rt = get_runtime()
         self.callback = _make_callback(callback_base)(self)
         self.step = 0
@@ -137,6 +140,10 @@ class _PreemptibleFit:
         self.restored: Checkpoint | None = None
         self.checkpointer: Any = None
 
+    def arg(self, name: str) -> Any:
+        """An argument of the user's call, or ``fit``'s default for it."""
+        return self.arguments.get(name, self.defaults.get(name))
+
     def run(self) -> Any:
         args = self.arguments
         planned = self._plan_restore()
@@ -144,11 +151,11 @@ class _PreemptibleFit:
         epoch, batch = (
             (planned.manifest.position["epoch"], planned.manifest.position["batch"])
             if planned
-            else (args["initial_epoch"], 0)
+            else (self.arg("initial_epoch"), 0)
         )
         self.first_batch = batch
-        epochs = args["epochs"]
-        callbacks = [*(args.get("callbacks") or []), self.callback]
+        epochs = self.arg("epochs")
+        callbacks = [*(self.arg("callbacks") or []), self.callback]
         if batch == 0:
             return self.original(
                 self.model, **{**args, "initial_epoch": epoch, "callbacks": callbacks}
@@ -195,25 +202,23 @@ class _PreemptibleFit:
 
     def _partial_epoch_arguments(self, batch: int) -> dict[str, Any]:
         """Arguments that make ``fit`` run only the batches after ``batch`` of this epoch."""
-        args = self.arguments
-        steps = args.get("steps_per_epoch")
-        batch_size = args.get("batch_size") or 32
+        steps = self.arg("steps_per_epoch")
+        batch_size = self.arg("batch_size") or 32
         out: dict[str, Any] = {}
         if steps:
             out["steps_per_epoch"] = steps - batch
-        x = args["x"]
-        infinite = _is_infinite(x)
-        skip_batches = (self.planned_step or 0) if infinite else batch
-        skipped = {k: _skip(args.get(k), skip_batches, batch_size) for k in ("x", "y")}
-        skipped["sample_weight"] = _skip(args.get("sample_weight"), skip_batches, batch_size)
-        if any(args.get(k) is not None and v is None for k, v in skipped.items()):
+        x = self.arg("x")
+        skip_batches = (self.planned_step or 0) if _is_infinite(x) else batch
+        given = {k: self.arg(k) for k in ("x", "y", "sample_weight")}
+        skipped = {k: _skip(v, skip_batches, batch_size) for k, v in given.items()}
+        if any(given[k] is not None and v is None for k, v in skipped.items()):
             log.warning(
                 "tiresias: cannot skip %d batches of %s; repeating them (at-least-once)",
                 batch,
                 type(x).__name__,
             )
             return {}
-        return out | {k: v for k, v in skipped.items() if args.get(k) is not None}
+        return out | {k: v for k, v in skipped.items() if given[k] is not None}
 
     def save(self) -> Checkpoint | None:
         strategy = getattr(self.model, "distribute_strategy", None)

@@ -81,8 +81,7 @@ class Runtime:
     def __init__(self, launch_env: E.LaunchEnv | None = None) -> None:
         self.env = launch_env or E.parse()
         self.flag = PreemptFlag()
-        if threading.current_thread() is threading.main_thread():
-            self.flag.install(self.env.preempt_signals)
+        self.install_signal_handlers()
         self.store = CheckpointStore(
             self.env.checkpoint_dir, self.env.job_id, keep=self.env.keep_checkpoints
         )
@@ -94,6 +93,13 @@ class Runtime:
         self._warmup: dict[str, float] | None = None
         self._steps = 0
         self._step_seconds = 0.0
+
+    def install_signal_handlers(self) -> None:
+        """(Re)claim the preemption signals. Called again once the framework is up because
+        TensorFlow's coordination service (MultiWorkerMirroredStrategy) installs its own
+        C-level SIGTERM handler, which would silently swallow the preemption."""
+        if threading.current_thread() is threading.main_thread():
+            self.flag.install(self.env.preempt_signals)
 
     # -- resume -------------------------------------------------------------------------
     def restore(

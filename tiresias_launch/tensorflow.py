@@ -90,6 +90,7 @@ def reduce_sum_for(rt: Runtime, s: tf.distribute.Strategy | None = None) -> Redu
 def join_gang(rt: Runtime, s: tf.distribute.Strategy | None = None) -> None:
     """Make stop decisions collective in all-reduce gangs (idempotent); ``s`` is the
     script's strategy when it built its own (Keras ``fit`` scripts)."""
+    rt.install_signal_handlers()
     reduce_sum = reduce_sum_for(rt, s)
     if reduce_sum is not None and rt.agreement is None:
         rt.agreement = Agreement(reduce_sum, rt.env.num_workers)
@@ -104,9 +105,15 @@ def tensor_facts(variables: Sequence[tf.Variable], num_ps: int) -> dict[str, Any
     if num_ps and sum(sizes):
         per_ps: dict[str, int] = {}
         for v, size in zip(variables, sizes, strict=True):
-            per_ps[v.device] = per_ps.get(v.device, 0) + size
+            device = _device(v)
+            per_ps[device] = per_ps.get(device, 0) + size
         facts["skew"] = max(per_ps.values()) / sum(sizes)
     return facts
+
+
+def _device(v: Any) -> str:
+    """Placement of a tf.Variable or a Keras 3 variable (which wraps one in ``.value``)."""
+    return getattr(v, "device", None) or getattr(v.value, "device", "")
 
 
 def _model_variables(trackables: dict[str, Any]) -> list[tf.Variable]:
@@ -135,7 +142,10 @@ def _build_optimizers(trackables: dict[str, Any]) -> None:
     ]
     for t in trackables.values():
         if _is_optimizer(t) and hasattr(t, "build") and not getattr(t, "built", True):
-            t.build(trainable)
+            # slots must live where the strategy the optimizer was made under puts them
+            owner = getattr(t, "_distribution_strategy", None) or tf.distribute.get_strategy()
+            with owner.scope():
+                t.build(trainable)
 
 
 class Checkpointer:

@@ -1,7 +1,8 @@
 """Deterministic custom training loop for the launcher tests, in every gang shape.
 
-argv: total_steps log_path. Writes one line per executed step ("<step> <loss hex>" or, in ps
-mode, "<step> scheduled") and a final "done <applied updates> <optimizer iterations>".
+argv: total_steps log_path, where "{rank}" in log_path becomes the task index. Writes one
+line per executed step ("<step> <loss hex>", or "<step> scheduled" in ps mode) and a final
+"done <applied updates> <optimizer iterations>".
 TEST_PAUSE_AT=k: before step k, create <log_path>.paused and wait for the preemption signal.
 """
 
@@ -15,12 +16,13 @@ import tensorflow as tf
 
 import tiresias
 
-total, log_path = int(sys.argv[1]), Path(sys.argv[2])
+total = int(sys.argv[1])
 pause_at = int(os.environ.get("TEST_PAUSE_AT", "-1"))
 tf.config.experimental.enable_op_determinism()
 keras.utils.set_random_seed(1)
 runtime = tiresias.get_runtime()
 mode, rank = runtime.env.mode, runtime.env.task_index
+log_path = Path(sys.argv[2].replace("{rank}", str(rank)))
 if mode == "horovod":
     import horovod.tensorflow as hvd
 
@@ -42,9 +44,11 @@ def batch(step: int, shard: int) -> tuple[tf.Tensor, tf.Tensor]:
 def loss_and_update(x: tf.Tensor, y: tf.Tensor, scale: float = 1.0) -> tf.Tensor:
     with tf.GradientTape() as tape:
         loss = tf.reduce_mean(tf.square(model(x) - y)) * scale
-    if mode == "horovod":
+    sources = model.trainable_variables
+    if mode == "horovod":  # Horovod's tape wants the tf.Variables inside Keras 3 variables
         tape = hvd.DistributedGradientTape(tape)
-    grads = tape.gradient(loss, model.trainable_variables)
+        sources = [v.value for v in sources]
+    grads = tape.gradient(loss, sources)
     optimizer.apply_gradients(zip(grads, model.trainable_variables, strict=True))
     applied.assign_add(1)
     return loss
@@ -52,9 +56,11 @@ def loss_and_update(x: tf.Tensor, y: tf.Tensor, scale: float = 1.0) -> tf.Tensor
 
 @tf.function
 def train_step(x: tf.Tensor, y: tf.Tensor) -> tf.Tensor:
-    if mode != "allreduce":
+    if mode in ("single", "horovod"):
         return loss_and_update(x, y)
     per_replica = strategy.run(loss_and_update, args=(x, y, 1.0 / strategy.num_replicas_in_sync))
+    if mode == "ps":
+        return per_replica
     return strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None)
 
 
