@@ -1,7 +1,7 @@
 """Placement plug-ins: turn a job's GPU count into a GPU count per node (paper §3.3).
 
-A placement sees only free GPU counts of the nodes that are up (``free``: node → free GPUs)
-and the node descriptions (size, switch); the scheduler picks the concrete GPU indices.
+A placement sees the free GPU counts of every node that is up (``free``: node → free GPUs,
+0 included) and the node descriptions (size, switch); the scheduler picks the concrete GPU indices.
 Returning ``None`` means "not now": the job waits (all-or-nothing). Ties break by node name,
 so placement is deterministic.
 """

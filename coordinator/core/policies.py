@@ -50,7 +50,8 @@ class Policy(ABC):
 
     @abstractmethod
     def key(self, job: Job, now: float) -> Key:
-        """Priority key (smaller first), ending with the job id."""
+        """Priority key (smaller first), ending with the job id. Defined for every active job
+        (shells may use it to rank jobs for display)."""
 
     def is_static(self, job: Job) -> bool:
         """Whether ``job``'s key stays fixed while its state does (default: waiting jobs)."""
@@ -107,9 +108,14 @@ class Policy(ABC):
         if not self._running_dyn:
             return self._running, self._running_gpus
         if self._cached is None or self._cached[0] != (now, self._version):
-            keys = sorted([*self._running, *(self.key(j, now) for j in self._running_dyn.values())])
+            keys = sorted([*self._running, *self._running_keys(now)])
             self._cached = ((now, self._version), (keys, [self._members[k[-1]].gpus for k in keys]))
         return self._cached[1]
+
+    def _running_keys(self, now: float) -> Iterable[Key]:
+        """Keys of the dynamic running jobs (a policy may cheapen those whose exact place
+        cannot matter)."""
+        return (self.key(j, now) for j in self._running_dyn.values())
 
     def waiting_order(self, now: float) -> Iterable[Key]:
         """Keys of the waiting jobs, highest priority first."""
@@ -246,6 +252,15 @@ class TiresiasG(_Queued):
             job.attained(now), self.config.queue_thresholds[job.queue], self.variant)
         return (job.queue, -g, *_fifo_by_start(job))
 
+    def _running_keys(self, now: float) -> Iterable[Key]:
+        """Running jobs in queues above every waiting job all keep their GPUs whatever their
+        order among themselves, so their index (the costly part) is skipped: the pass only
+        compares them with waiting jobs, which all sort after them by queue."""
+        top = min((j.queue for j in self._waiting_dyn.values()),
+                  default=self.config.queues - 1 if self._waiting else self.config.queues)
+        for j in self._running_dyn.values():
+            yield self.key(j, now) if j.queue >= top else (j.queue, 0.0, *_fifo_by_start(j))
+
     def finished(self, job: Job) -> None:
         if self.learn and job.state is JobState.COMPLETED:
             self.distribution.add(job.gpus * job.total_executed)
@@ -368,10 +383,9 @@ class Gandiva(Policy):
 
     def key(self, job: Job, now: float) -> Key:
         s = job.spec
-        if job.state is JobState.WAITING:
-            assert job.wait_since is not None
-            return (1, job.wait_since, s.arrival, s.job_id)
-        assert job.last_start is not None
+        if job.last_start is None:  # not running
+            wait = s.arrival if job.wait_since is None else job.wait_since
+            return (1, wait, s.arrival, s.job_id)
         if now - job.last_start < self.quantum:
             return (0, job.last_start, s.arrival, s.job_id)
         return (2, -job.last_start, s.arrival, s.job_id)

@@ -16,6 +16,9 @@ CONTRACT (used by coordinator/service and coordinator/sim; extend, don't change)
     sched.job(job_id) -> Job ; sched.jobs() -> Iterable[Job] (active first)
     sched.export_state() -> dict (JSON/msgpack-able) ; Scheduler.from_state(d, policy, placement)
 
+    Added since: sched.capacity (GPUs up) ; sched.free_gpus() -> {node: (free indices)} ;
+    sched.running() -> list[Job] ; sched.policy.key(job, now) (rank of any active job).
+
 Semantics:
 - ``Start`` marks the job RUNNING at ``now`` and takes its GPUs. ``Preempt`` marks it
   PREEMPTING: its service stops accruing at ``now`` but its GPUs stay taken until
@@ -151,10 +154,12 @@ class Scheduler:
     def _release(self, alloc: Allocation) -> None:
         for n, gs in alloc.gpus:
             free = self._up.get(n)
-            if free is not None:  # a node that went down took its GPUs with it
-                free.extend(gs)
-                free.sort()
-                self._free_total += len(gs)
+            if free is None:  # a node that went down took its GPUs with it
+                continue
+            back = set(gs) & set(self._nodes[n].gpus)  # it may have come back smaller
+            free.extend(back)
+            free.sort()
+            self._free_total += len(back)
 
     # ---- job events ----------------------------------------------------------------------
 
@@ -328,7 +333,7 @@ class Scheduler:
     def _try_start(self, job: Job, now: float) -> Start | None:
         if job.gpus > self._free_total:
             return None
-        free = {n: len(g) for n, g in self._up.items() if g}
+        free = {n: len(g) for n, g in self._up.items()}
         choice = self.placement.choose(job, free, self._nodes)
         if choice is None:
             return None
@@ -384,7 +389,7 @@ class Scheduler:
             "jobs": [_job_to_dict(j) for j in self.jobs()],
             "done": len(self._done),
             "running": list(self._running),  # start order: the order of Preempt decisions
-            "policy": self.policy.export_state(),
+            "policy": {"name": self.policy.name, "state": self.policy.export_state()},
         }
 
     @classmethod
@@ -393,7 +398,8 @@ class Scheduler:
         if state.get("version") != _STATE_VERSION:
             raise CoreError(f"unsupported scheduler state version {state.get('version')}")
         sched = cls((), policy, placement, SchedulerConfig.from_dict(state["config"]))
-        sched.policy.load_state(state["policy"])
+        if state["policy"]["name"] == sched.policy.name:  # else: a new policy learns afresh
+            sched.policy.load_state(state["policy"]["state"])
         jobs = [_job_from_dict(d) for d in state["jobs"]]
         n_active = len(jobs) - state["done"]
         for job in jobs[n_active:]:

@@ -87,6 +87,8 @@ def run(nodes: list[Node], specs: list[JobSpec], config: SchedulerConfig, policy
                                                 make_placement(placement))
         log.append((replay.now, replay.step()))
         on_step(replay.sched)
+        sorted(replay.sched.policy.key(j, replay.now) for j in replay.sched.jobs()
+               if not j.state.finished)  # every active job can be ranked (shells do)
     raise AssertionError("workload did not finish")
 
 

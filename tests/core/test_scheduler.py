@@ -314,6 +314,13 @@ def test_placements() -> None:
     assert place("skew", free, 4, skew=0.9) == {"a": 4}
     assert place("skew", free, 4, skew=0.2) == {"b": 2, "c": 2}
     assert place("skew", free, 4, skew=None) == {"a": 4}  # unknown skew: consolidate
+    from coordinator.core.model import Job
+    hetero = {"big": Node("big", (0, 1, 2, 3)), "s1": Node("s1", (0, 1)), "s2": Node("s2", (0, 1))}
+    yarn = make_placement("yarn")
+    # 3 GPUs fit the big node's size: wait for it rather than take the two small ones
+    assert yarn.choose(Job(spec("j", 3)), {"big": 0, "s1": 2, "s2": 2}, hetero) is None
+    assert yarn.choose(Job(spec("j", 5)), {"big": 4, "s1": 2, "s2": 1}, hetero) == {
+        "big": 4, "s1": 1}
     sw = {"a": "s1", "b": "s2", "c": "s2"}
     assert place("consolidate", {"a": 3, "b": 2, "c": 2}, 4, switches=sw) == {"b": 2, "c": 2}
 
