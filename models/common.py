@@ -1,0 +1,135 @@
+"""What the training scripts share: flags, step-seeded synthetic data, optimizer and loss.
+
+Data for step ``s`` is drawn with TensorFlow's stateless RNG from the seed pair
+``(seed + s, shard)``, so a job resumed from a checkpoint at step ``s`` sees exactly the batches
+an uninterrupted run would have seen, and every Horovod rank (``shard``) gets its own batches.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import tensorflow as tf
+
+import models
+
+
+def arg_parser(description: str | None) -> argparse.ArgumentParser:
+    """Flags common to all scripts; a script adds its own before calling ``parse_args``."""
+    p = argparse.ArgumentParser(description=description)
+    p.add_argument("--model", default="mlp", choices=models.NAMES)
+    p.add_argument("--image-size", type=int, help="default: the model's smallest size (CPU)")
+    p.add_argument("--num-classes", type=int, default=1000)
+    p.add_argument("--batch-size", type=int, default=8, help="per process (per rank)")
+    p.add_argument("--steps", type=int, default=100, help="total training steps")
+    p.add_argument("--lr", type=float, default=0.01, help="SGD learning rate (momentum 0.9)")
+    p.add_argument("--seed", type=int, default=0, help="data for step s is drawn from seed+s")
+    p.add_argument("--log-every", type=int, default=10, help="steps between progress lines")
+    return p
+
+
+def parse_args(
+    parser: argparse.ArgumentParser, argv: Sequence[str] | None = None
+) -> argparse.Namespace:
+    """Parse, defaulting ``--image-size`` to the model's smallest size (cheap on CPU)."""
+    args = parser.parse_args(argv)
+    if args.image_size is None:
+        args.image_size = models.spec(args.model).min_size
+    return args
+
+
+def synthetic_batch(
+    step: int | tf.Tensor,
+    *,
+    seed: int,
+    batch_size: int,
+    image_size: int,
+    num_classes: int,
+    shard: int = 0,
+) -> tuple[tf.Tensor, tf.Tensor]:
+    """Images and labels for ``step``: a pure function of (seed + step, shard)."""
+    key = tf.stack([tf.cast(seed + step, tf.int64), tf.constant(shard, tf.int64)])
+    images = tf.random.stateless_uniform((batch_size, image_size, image_size, 3), key)
+    labels = tf.random.stateless_uniform(
+        (batch_size,), key, minval=0, maxval=num_classes, dtype=tf.int64
+    )
+    return images, labels
+
+
+def batch(
+    args: argparse.Namespace, step: int | tf.Tensor, shard: int = 0
+) -> tuple[tf.Tensor, tf.Tensor]:
+    """``synthetic_batch`` for the scripts' flags."""
+    return synthetic_batch(
+        step,
+        seed=args.seed,
+        batch_size=args.batch_size,
+        image_size=args.image_size,
+        num_classes=args.num_classes,
+        shard=shard,
+    )
+
+
+def dataset(args: argparse.Namespace, start: int = 0, shard: int = 0) -> tf.data.Dataset:
+    """Batches for steps ``start … args.steps - 1``, in order."""
+    return tf.data.Dataset.range(start, args.steps).map(lambda step: batch(args, step, shard))
+
+
+def build(args: argparse.Namespace) -> tf.keras.Model:
+    """The model for the flags, with weights initialised from ``--seed`` (reproducible)."""
+    tf.keras.utils.set_random_seed(args.seed)
+    return models.build(args.model, image_size=args.image_size, num_classes=args.num_classes)
+
+
+def optimizer(lr: float) -> tf.keras.optimizers.Optimizer:
+    """SGD with momentum, the optimizer of the paper's image models."""
+    return tf.keras.optimizers.SGD(learning_rate=lr, momentum=0.9)
+
+
+def loss_fn() -> tf.keras.losses.Loss:
+    return tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+
+
+def tf_variables(variables: Sequence[Any]) -> list[tf.Variable]:
+    """The ``tf.Variable``s behind Keras variables. Keras 3 wraps them (``.value``), and
+    Horovod 0.28 needs real ones (``broadcast_variables`` assigns them inside a tf.function,
+    ``DistributedGradientTape`` calls ``.ref()``); tf_keras variables already are real."""
+    return [v if isinstance(v, tf.Variable) else v.value for v in variables]
+
+
+def train_step(
+    model: tf.keras.Model,
+    opt: tf.keras.optimizers.Optimizer,
+    *,
+    strategy: tf.distribute.Strategy | None = None,
+    wrap_tape: Callable[[tf.GradientTape], Any] | None = None,
+) -> Callable[[tf.Tensor, tf.Tensor], tf.Tensor]:
+    """One compiled SGD step returning the loss (summed over replicas).
+
+    ``strategy``: run the step on its replicas (MultiWorkerMirroredStrategy averages the
+    gradients, hence the loss scaling). ``wrap_tape``: e.g. Horovod's
+    ``DistributedGradientTape``, which averages the gradients over the ranks itself.
+    """
+    loss_of = loss_fn()
+    replicas = strategy.num_replicas_in_sync if strategy else 1
+
+    def replica_step(images: tf.Tensor, labels: tf.Tensor) -> tf.Tensor:
+        with tf.GradientTape() as tape:
+            loss = loss_of(labels, model(images, training=True)) / replicas
+        if wrap_tape:
+            grads = wrap_tape(tape).gradient(loss, tf_variables(model.trainable_variables))
+        else:
+            grads = tape.gradient(loss, model.trainable_variables)
+        opt.apply_gradients(zip(grads, model.trainable_variables, strict=True))
+        return loss
+
+    @tf.function
+    def step(images: tf.Tensor, labels: tf.Tensor) -> tf.Tensor:
+        if strategy is None:
+            return replica_step(images, labels)
+        per_replica = strategy.run(replica_step, args=(images, labels))
+        return strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None)
+
+    return step

@@ -1,0 +1,45 @@
+"""Train a reference model in a custom training loop on synthetic, step-seeded data.
+
+With Tiresias installed the loop is preemptible: ``tiresias.State`` restores the newest
+checkpoint on start, and ``state.steps`` checkpoints and exits 75 when the job is preempted.
+Without it, the same loop runs as plain TensorFlow. Under ``tiresias-run --workers N`` it
+trains data-parallel with the MultiWorkerMirroredStrategy that ``tiresias.strategy()`` makes.
+
+    python models/train.py --model resnet50 --steps 20
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import tensorflow as tf
+
+from models import common
+
+try:
+    import tiresias
+except ImportError:  # plain TensorFlow: the same training, just not preemptible
+    tiresias = None
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    args = common.parse_args(common.arg_parser(__doc__), argv)
+    strategy = tiresias.strategy() if tiresias else tf.distribute.get_strategy()
+    shard = tiresias.get_runtime().env.task_index if tiresias else 0
+    with strategy.scope():
+        model = common.build(args)
+        optimizer = common.optimizer(args.lr)
+    step_fn = common.train_step(model, optimizer, strategy=strategy)
+    if tiresias:
+        steps = tiresias.State(model=model, optimizer=optimizer).steps(args.steps)
+    else:
+        steps = range(args.steps)
+    for step in steps:
+        images, labels = common.batch(args, step, shard=shard)
+        loss = step_fn(images, labels)
+        if step % args.log_every == 0 or step == args.steps - 1:
+            print(f"step {step} loss {float(loss):.4f}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
