@@ -1,0 +1,83 @@
+"""Two-rank Horovod (Gloo) jobs on one machine: through ``horovodrun``, and the way Tiresias
+starts them (``gang.plan`` env, rank 0 hosting the rendezvous) including preempt → resume."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import signal
+import subprocess
+from pathlib import Path
+
+import pytest
+from model_scripts import first_logged_step, python, run, script_env, wait_for_line
+
+from tiresias_launch.gang import GangRequest, free_local_port, plan
+
+
+def _horovod_import_error() -> str | None:
+    try:
+        import horovod.tensorflow  # noqa: F401
+    except Exception as e:  # ImportError, or a build missing symbols (OSError)
+        return f"horovod.tensorflow does not import: {type(e).__name__}: {e}"
+    return None
+
+
+_error = _horovod_import_error()
+pytestmark = [
+    pytest.mark.tf,
+    pytest.mark.horovod,
+    pytest.mark.skipif(_error is not None, reason=_error or ""),
+]
+
+
+def test_two_ranks_with_horovodrun(tmp_path: Path) -> None:
+    horovodrun = shutil.which("horovodrun")
+    assert horovodrun, "horovod imports but horovodrun is not on PATH"
+    train = python("train_horovod.py", "--steps", "3", "--log-every", "1", "--save", "final")
+    out = run([horovodrun, "--gloo", "-np", "2", "-H", "localhost:2", *train], tmp_path)
+    assert out.returncode == 0, (out.stdout + out.stderr)[-3000:]
+    assert "[0]<stdout>:step 2 loss" in out.stdout and "ranks 2" in out.stdout
+    assert "[1]<stdout>:step" not in out.stdout  # rank 0 alone logs
+    assert (tmp_path / "final.index").exists()  # ... and saves
+
+
+def _start_gang(tmp_path: Path, name: str, restart: int, *args: str) -> list[subprocess.Popen]:
+    specs = plan(
+        GangRequest(argv=("models/train_horovod.py", *args), workers=2, horovod=True),
+        job_id="hvd",
+        placement={"localhost": [0, 1]},
+        coordinator=None,
+        checkpoint_root=tmp_path,
+        restart=restart,
+        ports=free_local_port,
+    )
+    procs = []
+    for spec in specs:
+        with (tmp_path / f"{name}-{spec.task_index}.log").open("wb") as fh:
+            procs.append(
+                subprocess.Popen(
+                    spec.argv,
+                    cwd=Path(__file__).resolve().parents[2],
+                    env=script_env(spec.env),
+                    stdout=fh,
+                    stderr=subprocess.STDOUT,
+                )
+            )
+    return procs
+
+
+def test_two_ranks_without_horovodrun_preempt_and_resume(tmp_path: Path) -> None:
+    procs = _start_gang(tmp_path, "first", 0, "--steps", "1000000", "--log-every", "1")
+    wait_for_line(tmp_path / "first-0.log", "step 3 loss", procs[0], timeout=90)
+    for p in procs:
+        p.send_signal(signal.SIGTERM)
+    codes = [p.wait(timeout=60) for p in procs]
+    assert codes == [75, 75], (tmp_path / "first-1.log").read_text()[-3000:]
+    (manifest,) = (tmp_path / "hvd").glob("ckpt-*/MANIFEST.json")
+    saved = json.loads(manifest.read_text())["step"]
+
+    procs = _start_gang(tmp_path, "second", 1, "--steps", str(saved + 2), "--log-every", "1")
+    codes = [p.wait(timeout=90) for p in procs]
+    assert codes == [0, 0], (tmp_path / "second-0.log").read_text()[-3000:]
+    assert first_logged_step(tmp_path / "second-0.log") == saved
