@@ -13,6 +13,7 @@ import logging
 import os
 import threading
 import time
+import warnings
 from typing import Any
 
 import msgpack
@@ -36,7 +37,9 @@ class GpuClock:
     @staticmethod
     def _nvml_handles() -> list[Any]:
         try:
-            import pynvml
+            with warnings.catch_warnings():  # pynvml warns that it is deprecated on import
+                warnings.simplefilter("ignore", FutureWarning)
+                import pynvml
 
             pynvml.nvmlInit()
             visible = os.environ.get("CUDA_VISIBLE_DEVICES", "")
