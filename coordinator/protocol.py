@@ -97,7 +97,11 @@ SCHEMAS: dict[str, dict[str, Field]] = {
         "signal": REQ_STR,
         "grace": ((*NUM,), True),
     },
-    "kill": {"job_id": REQ_STR, "restart": ((int, None), False)},
+    "kill": {
+        "job_id": REQ_STR,
+        "restart": ((int, None), False),
+        "grace": ((*NUM, None), False),
+    },
     "fetch_logs": {
         "job_id": REQ_STR,
         "req": REQ_INT,

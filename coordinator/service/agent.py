@@ -38,6 +38,9 @@ EXIT_CHECKPOINTED = 75
 LOG_TAIL_BYTES = 2048
 #: Seconds the rest of a job gets to exit after one of its processes failed or the chief ended.
 STOP_GRACE = 5.0
+#: Seconds the rest of a job gets to finish on its own once its chief completed (peers of an
+#: all-reduce job end at the same step; parameter servers never do and are killed after).
+SETTLE = 2.0
 PR_SET_PDEATHSIG = 1
 
 
@@ -258,7 +261,7 @@ class Agent:
                 self._stop(part, "stop", STOP_GRACE, now)
             elif p.role == "chief":
                 part.chief_done = True
-                self._stop(part, "stop", STOP_GRACE, now)
+                self._stop(part, "stop", SETTLE, now, sig=None)
         if part.alive and part.deadline is not None and now >= part.deadline:
             for p in part.alive:
                 log.info("job %s %s ignored the signal; killing it", part.job_id, p.name)
@@ -286,11 +289,17 @@ class Agent:
             self._send("exited", **part.reported)
 
     def _stop(
-        self, part: Part, why: str, grace: float, now: float, sig: signal.Signals = signal.SIGTERM
+        self,
+        part: Part,
+        why: str,
+        grace: float,
+        now: float,
+        sig: signal.Signals | None = signal.SIGTERM,
     ) -> None:
+        """Send ``sig`` (None: nothing yet) and SIGKILL whatever is left after ``grace``."""
         part.stopping = why
         part.deadline = now + grace
-        for p in part.alive:
+        for p in part.alive if sig is not None else ():
             p.signal(sig)
 
     # --- messages ---------------------------------------------------------------------
@@ -384,7 +393,8 @@ class Agent:
         part = self._part(msg)
         if part is None or part.reported is not None:
             return
-        self._stop(part, "kill", 0.0, time.monotonic(), signal.SIGKILL)
+        grace = float(msg.get("grace") or 0.0)
+        self._stop(part, "kill", grace, time.monotonic(), None if grace else signal.SIGKILL)
 
     def _on_fetch_logs(self, msg: dict[str, Any]) -> None:
         logdir = self.workdir / "logs" / msg["job_id"]

@@ -16,7 +16,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,6 +37,7 @@ from coordinator.core.model import (
     Start,
 )
 from coordinator.service import keys as curve
+from coordinator.service.agent import SETTLE
 from coordinator.service.core_adapter import apply_event, build_scheduler, restore_scheduler
 from coordinator.service.metrics import Metrics
 from coordinator.service.store import Store
@@ -126,6 +127,9 @@ class Coordinator:
         self.last_seen: dict[str, float] = {}
         self.deadlines: dict[str, float] = {}  # job → monotonic kill backstop
         self._node_gpus: dict[str, list[dict[str, Any]]] = {}
+        #: Profiler stage hook: report → S_J or None (coordinator/service/profiler.py may
+        #: install a better one, e.g. from the tap's per-peer histograms).
+        self.skew_estimator: Callable[[dict[str, Any]], float | None] = report_skew
         self._recover()
 
     # --- state --------------------------------------------------------------------------
@@ -249,8 +253,9 @@ class Coordinator:
         for req, fetch in list(self._fetches.items()):
             if mono >= fetch.deadline:
                 self._finish_fetch(req)
-        if mono >= self._next_flush:
+        if mono >= self._next_flush:  # once a second: O(jobs) work stays off the hot path
             self._flush_progress()
+            self._update_gauges()
             self._next_flush = mono + 1.0
         now = self.clock.now()
         wake = self.sched.next_wakeup(now)
@@ -265,7 +270,6 @@ class Coordinator:
             decisions = self._core("schedule", now=now)
             self.metrics.pass_latency.observe(time.perf_counter() - t0)
             self._act(decisions)
-        self._update_gauges()
 
     # --- decisions → commands -----------------------------------------------------------
     def _act(self, decisions: list[Decision]) -> None:
@@ -354,8 +358,12 @@ class Coordinator:
         self.deadlines[job_id] = time.monotonic() + grace + max(2.0, self.opts.heartbeat_timeout)
         log.info("%s %s (restart %d)", why, job_id, run["restart"])
 
-    def _send_to_parts(self, job_id: str, run: dict[str, Any], kind: str) -> None:
+    def _send_to_parts(
+        self, job_id: str, run: dict[str, Any], kind: str, grace: float = 0.0
+    ) -> None:
         fields: dict[str, Any] = {"job_id": job_id, "restart": run["restart"]}
+        if kind == "kill" and grace:
+            fields["grace"] = grace
         if kind == "preempt":
             fields |= {"signal": self.opts.preempt_signal, "grace": self.opts.grace}
         for node, outcome in run["parts"].items():
@@ -398,7 +406,9 @@ class Coordinator:
         pending = [n for n, o in run["parts"].items() if o is None]
         if run["decided"] is not None and pending and run["stopping"] is None:
             run["stopping"] = "stop"  # the others cannot go on without this part
-            self._send_to_parts(job_id, run, "kill")
+            # after a completion, peers get a moment to finish on their own
+            settle = SETTLE if run["decided"] == "completed" else 0.0
+            self._send_to_parts(job_id, run, "kill", grace=settle)
         if not pending:
             self._job_ended(job_id, run)
         self._save(job_id)
@@ -444,7 +454,6 @@ class Coordinator:
                 if run is not None and _pending(run, node):
                     self._part_ended(job_id, node, "lost", [])
         self._dirty = True
-        self._update_gauges()
 
     # --- messages -----------------------------------------------------------------------
     def _on_frame(self, rid: bytes, frame: bytes) -> None:
@@ -659,7 +668,6 @@ class Coordinator:
             self._reconcile(node, running)
         self.unconfirmed.discard(node)
         self._dirty = True
-        self._update_gauges()
         log.info("node %s registered: %d GPUs, %d jobs running", node, len(gpus), len(running))
         return {"node": node}
 
@@ -704,10 +712,7 @@ class Coordinator:
         for k in ("step", "iterations", "iter_time", "gpu_time", "checkpoint", "warmup"):
             if msg.get(k) is not None:
                 progress[k] = msg[k]
-        skew = msg.get("skew")
-        if skew is None and msg.get("tensor_bytes"):
-            sizes = msg["tensor_bytes"]
-            skew = max(sizes) / sum(sizes) if sum(sizes) else None
+        skew = self.skew_estimator(msg)
         if skew is not None and skew != rec.get("skew"):
             rec["skew"] = skew
             with self._atomic():
@@ -735,18 +740,31 @@ class Coordinator:
     def _update_gauges(self) -> None:
         queues: dict[int, int] = {}
         running = used = 0
-        for job in self.sched.jobs():
+        for job in self.sched.jobs():  # active jobs come first
+            if job.state.finished:
+                break
             if job.state is JobState.WAITING:
                 queues[job.queue] = queues.get(job.queue, 0) + 1
             elif job.state in (JobState.RUNNING, JobState.PREEMPTING):
                 running += 1
                 used += job.gpus
-        for q in range(len(self.opts.thresholds) + 1):
+        for q in range(self.sched.config.queues):
             self.metrics.queue_length.labels(str(q)).set(queues.get(q, 0))
         self.metrics.running_jobs.set(running)
         self.metrics.gpus_in_use.set(used)
         self.metrics.nodes_up.set(len(self.routes))
         self.metrics.gpus_total.set(sum(len(self._node_gpus.get(n, [])) for n in self.routes))
+
+
+def report_skew(msg: dict[str, Any]) -> float | None:
+    """S_J from a runtime report: its own ``skew`` if given, else the largest tensor's share
+    of the bytes aggregated per iteration (what the busiest PS, or the largest all-reduce
+    message class, carries when tensors are spread one per server)."""
+    if msg.get("skew") is not None:
+        return float(msg["skew"])
+    sizes = msg.get("tensor_bytes")
+    total = sum(sizes) if sizes else 0
+    return max(sizes) / total if total else None
 
 
 def _pending(run: dict[str, Any], node: str) -> bool:

@@ -71,8 +71,11 @@ def test_job_across_two_hosts(
         nodes = {n["name"]: n["host"] for n in cluster.client.request("nodes")["nodes"]}
         assert nodes == addresses
         job = cluster.submit("--steps", "30", "--step-time", "0.05", workers=2)
-        wait_until(lambda: cluster.job(job)["progress"].get("step"), 20,
-                   "a progress report from inside a namespace")
+        wait_until(
+            lambda: cluster.job(job)["progress"].get("step"),
+            20,
+            "a progress report from inside a namespace",
+        )
         wait_until(lambda: cluster.state_of(job) == "completed", 30, "the job to complete")
         assert cluster.job(job)["nodes_ever"] == ["a", "b"]
         logs = cluster.client.request("logs", job_id=job)["files"]

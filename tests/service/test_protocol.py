@@ -19,6 +19,8 @@ from coordinator import protocol
 from coordinator.service.client import Client
 from coordinator.service.coordinator import Coordinator, Options
 
+from .conftest import wait_until
+
 
 @pytest.mark.parametrize(
     ("frame", "problem"),
@@ -204,3 +206,18 @@ def test_fuzz_service_keeps_serving(live: Coordinator, frame: bytes) -> None:
                 assert reply["error"]  # every refusal says what is wrong
     finally:
         sock.close()
+
+
+def test_reported_skew_reaches_the_core_and_status(live: Coordinator) -> None:
+    with Client(live.address, timeout=5) as c:
+        c.request("register", node="skewnode", gpus=[{"index": 0}], running=[])
+        job = c.request("submit", argv=["x.py"], workers=1)["job_id"]
+        c.send("report", job_id=job, step=3, tensor_bytes=[100, 300])
+        wait_until(
+            lambda: c.request("status", job_id=job)["job"]["skew"] is not None,
+            5,
+            "the report to be absorbed",
+        )
+        view = c.request("status", job_id=job)["job"]
+        assert view["skew"] == 0.75 and view["progress"]["step"] == 3
+        assert live.sched.job(job).spec.skew == 0.75
