@@ -146,7 +146,10 @@ class Coordinator:
                 log.debug("replayed %s failed again: %s", kind, e)
         self.records: dict[str, dict[str, Any]] = dict(self.store.jobs())
         self.next_job = self.store.get_meta("next_job", 1)
-        self.clock = Clock(self.store.get_meta("now", 0.0), self.opts.manual_clock)
+        # running jobs kept running while we were down: count that time too (wall clock)
+        downtime = max(0.0, time.time() - self.store.get_meta("wall", time.time()))
+        base = self.store.get_meta("now", 0.0) + (0.0 if self.opts.manual_clock else downtime)
+        self.clock = Clock(base, self.opts.manual_clock)
         started = time.monotonic()
         # nodes the core knows must re-register before we schedule or declare them dead
         self.unconfirmed = set(self.sched.free_gpus())
@@ -166,6 +169,7 @@ class Coordinator:
         with self.store.tx():
             yield
             self.store.set_meta("now", self.clock.now())
+            self.store.set_meta("wall", time.time())
         outbox, self._outbox = self._outbox, []
         for node, frame in outbox:
             self._to_node(node, frame)
@@ -859,6 +863,12 @@ def parser() -> argparse.ArgumentParser:
         help="core time advances only on `advance` requests (deterministic tests)",
     )
     ap.add_argument(
+        "--snapshot-every",
+        type=int,
+        default=Options.snapshot_every,
+        help="journal events between scheduler snapshots (default %(default)s)",
+    )
+    ap.add_argument(
         "--port-base",
         type=int,
         default=Options.port_base,
@@ -884,6 +894,7 @@ def options(args: argparse.Namespace) -> Options:
         curve_keys=args.curve_keys,
         manual_clock=args.manual_clock,
         port_base=args.port_base,
+        snapshot_every=args.snapshot_every,
     )
 
 

@@ -13,7 +13,10 @@ def agent_log(cluster: Cluster, node: str, job_id: str, name: str = "chief-0") -
 
 
 def test_coordinator_kill9_and_restart_loses_nothing(cluster: Cluster) -> None:
-    cluster.start_coordinator("--thresholds", "1000", "--heartbeat-timeout", "3")
+    # a small snapshot interval so that recovery uses a snapshot and a journal tail
+    cluster.start_coordinator(
+        "--thresholds", "1000", "--heartbeat-timeout", "3", "--snapshot-every", "4"
+    )
     cluster.start_agent("a", gpus=2)
     cluster.start_agent("b", gpus=2)
     cluster.wait_nodes("a", "b")
