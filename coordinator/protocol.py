@@ -154,25 +154,37 @@ def _typename(types: tuple[type | None, ...]) -> str:
     return " or ".join("nil" if t is None else t.__name__ for t in types)
 
 
+def _exact_types(types: tuple[type | None, ...]) -> frozenset[type]:
+    """The concrete types msgpack decodes to that ``types`` accepts (bool is not an int)."""
+    return frozenset(type(None) if t is None else t for t in types)
+
+
+_COMPILED: dict[int, tuple[tuple[str, frozenset[type], bool, str], ...]] = {}
+
+
+def _compiled(schema: Mapping[str, Field]) -> tuple[tuple[str, frozenset[type], bool, str], ...]:
+    """(field, exact types, required, type names) per field; cached: validation is hot."""
+    key = id(schema)
+    if key not in _COMPILED:
+        _COMPILED[key] = tuple(
+            (name, _exact_types(types), required, _typename(types))
+            for name, (types, required) in schema.items()
+        )
+    return _COMPILED[key]
+
+
 def check_fields(where: str, data: Any, schema: Mapping[str, Field]) -> None:
     """Raise ProtocolError naming the first field of ``data`` that does not fit ``schema``."""
-    if not isinstance(data, dict):
+    if type(data) is not dict:
         raise ProtocolError(f"{where}: expected a map, got {type(data).__name__}")
-    for name, (types, required) in schema.items():
+    for name, exact, required, names in _compiled(schema):
         if name not in data:
             if required:
                 raise ProtocolError(f"{where}: missing field '{name}'")
             continue
-        value = data[name]
-        ok = any(
-            value is None
-            if t is None
-            else isinstance(value, t) and not (t in (int, float) and isinstance(value, bool))
-            for t in types
-        )
-        if not ok:
+        if type(data[name]) not in exact:
             raise ProtocolError(
-                f"{where}: field '{name}' must be {_typename(types)}, got {type(value).__name__}"
+                f"{where}: field '{name}' must be {names}, got {type(data[name]).__name__}"
             )
 
 

@@ -471,7 +471,7 @@ class Coordinator:
         if handler is None:
             self._refuse(rid, msg.get("id"), f"{t}: not a message the coordinator accepts")
             return
-        self.metrics.messages.labels(t).inc()
+        self.metrics.count(t)
         node = self.nodes_by_route.get(rid)
         if node is not None:
             self.last_seen[node] = time.monotonic()

@@ -34,6 +34,15 @@ class Metrics:
             registry=r,
         )
 
+        self._by_type: dict[str, Counter] = {}
+
+    def count(self, msg_type: str) -> None:
+        """Count one valid message (label children cached: this runs per message)."""
+        child = self._by_type.get(msg_type)
+        if child is None:
+            child = self._by_type[msg_type] = self.messages.labels(msg_type)
+        child.inc()
+
     def serve(self, port: int, addr: str = "127.0.0.1") -> None:
         """Serve /metrics over HTTP from a daemon thread."""
         start_http_server(port, addr=addr, registry=self.registry)
