@@ -65,3 +65,25 @@ def test_multi_worker_mirrored_gang(tmp_path: Path) -> None:
 def test_horovod_gloo_gang(tmp_path: Path) -> None:
     stopped = _preempt_and_resume(tmp_path, _request(workers=2, horovod=True), ranks=2)
     assert 9 <= stopped < TOTAL
+
+
+def test_distributed_fit_with_legacy_keras(tmp_path: Path) -> None:
+    """An unmodified MultiWorkerMirrored ``fit`` script (tf_keras: Keras 3 fit cannot run
+    under that strategy) stops both workers at one batch and resumes mid-epoch."""
+    request = GangRequest((str(SCRIPTS / "keras_fit.py"), "3", "log-{rank}"), workers=2)
+    legacy = {"TF_USE_LEGACY_KERAS": "1"}
+    first = start(request, tmp_path, env={**legacy, "TEST_PAUSE_AT": "10"})
+    wait_until((tmp_path / "log-0.paused").exists, TIMEOUT, "worker 0 to pause")
+    first.signal()
+    for rank in range(2):
+        (tmp_path / f"log-{rank}.go").touch()
+    assert first.wait(TIMEOUT) == [EXIT_CHECKPOINTED] * 2, first.tails()
+    [ckpt] = CheckpointStore(tmp_path / "ckpt" / "job", "job").complete()
+    assert 10 <= ckpt.manifest.position["step"] < 24
+
+    second = start(request, tmp_path, restart=1, env=legacy)
+    assert second.wait(TIMEOUT) == [0, 0], second.tails()
+    logs = [(tmp_path / f"log-{rank}").read_text().splitlines() for rank in range(2)]
+    assert logs[0] == logs[1]  # the same synchronous updates on both workers
+    batches = [int(line.split()[0]) for line in logs[0] if not line.startswith("epoch")]
+    assert batches == list(range(1, 25))  # 3 epochs × 8 batches, none lost or repeated

@@ -1,12 +1,15 @@
 """An unmodified Keras ``fit`` script (no tiresias import), deterministic, for the tests.
 
-argv: epochs log_path. Logs "<optimizer iteration> <weights digest>" after every batch and
-"epoch <e> <loss hex>" after every epoch. TEST_PAUSE_AT=k: at the start of global batch k,
-create <log_path>.paused and wait for <log_path>.go (the test signals in between).
+argv: epochs log_path, where "{rank}" in log_path becomes the worker index. With TF_CONFIG
+set it trains under MultiWorkerMirroredStrategy, as a user's distributed script would.
+Logs "<optimizer iteration> <weights digest>" after every batch and "epoch <e> <loss hex>"
+after every epoch. TEST_PAUSE_AT=k: at the start of global batch k, create
+<log_path>.paused and wait for <log_path>.go (the test signals in between).
 TF_USE_LEGACY_KERAS=1 runs the same script with tf_keras.
 """
 
 import hashlib
+import json
 import os
 import sys
 import time
@@ -15,18 +18,24 @@ from pathlib import Path
 import tensorflow as tf
 
 keras = tf.keras
-epochs, log_path = int(sys.argv[1]), Path(sys.argv[2])
+tf_config = json.loads(os.environ.get("TF_CONFIG", "null"))
+rank = tf_config["task"]["index"] if tf_config else 0
+epochs, log_path = int(sys.argv[1]), Path(sys.argv[2].replace("{rank}", str(rank)))
 pause_at = int(os.environ.get("TEST_PAUSE_AT", "-1"))
+strategy = (
+    tf.distribute.MultiWorkerMirroredStrategy() if tf_config else tf.distribute.get_strategy()
+)
 tf.config.experimental.enable_op_determinism()
 keras.utils.set_random_seed(1)
 
 x = tf.random.stateless_normal([128, 8], seed=[1, 2])
 y = tf.reduce_sum(x[:, :3], axis=1, keepdims=True)
 data = tf.data.Dataset.from_tensor_slices((x, y)).batch(16)
-model = keras.Sequential(
-    [keras.Input((8,)), keras.layers.Dense(16, activation="relu"), keras.layers.Dense(1)]
-)
-model.compile(keras.optimizers.SGD(0.05, momentum=0.9), "mse")
+with strategy.scope():
+    model = keras.Sequential(
+        [keras.Input((8,)), keras.layers.Dense(16, activation="relu"), keras.layers.Dense(1)]
+    )
+    model.compile(keras.optimizers.SGD(0.05, momentum=0.9), "mse")
 
 
 class Log(keras.callbacks.Callback):
