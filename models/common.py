@@ -89,6 +89,7 @@ def optimizer(lr: float) -> tf.keras.optimizers.Optimizer:
 
 
 def loss_fn() -> tf.keras.losses.Loss:
+    """The loss for ``compile``/``fit`` (the models output logits)."""
     return tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True)
 
 
@@ -106,18 +107,22 @@ def train_step(
     strategy: tf.distribute.Strategy | None = None,
     wrap_tape: Callable[[tf.GradientTape], Any] | None = None,
 ) -> Callable[[tf.Tensor, tf.Tensor], tf.Tensor]:
-    """One compiled SGD step returning the loss (summed over replicas).
+    """One compiled SGD step returning the mean loss over the global batch.
 
-    ``strategy``: run the step on its replicas (MultiWorkerMirroredStrategy averages the
-    gradients, hence the loss scaling). ``wrap_tape``: e.g. Horovod's
-    ``DistributedGradientTape``, which averages the gradients over the ranks itself.
+    ``strategy``: run the step on its replicas; each replica's loss is divided by the global
+    batch (``tf.nn.compute_average_loss``) so that the strategy's gradient sum is a mean. (Keras
+    loss objects cannot be used here: Keras 3 rescales them for the strategy itself, tf_keras
+    refuses them outside ``fit``.) ``wrap_tape``: e.g. Horovod's ``DistributedGradientTape``,
+    which averages the ranks' gradients itself.
     """
-    loss_of = loss_fn()
-    replicas = strategy.num_replicas_in_sync if strategy else 1
 
     def replica_step(images: tf.Tensor, labels: tf.Tensor) -> tf.Tensor:
         with tf.GradientTape() as tape:
-            loss = loss_of(labels, model(images, training=True)) / replicas
+            logits = model(images, training=True)
+            per_example = tf.keras.losses.sparse_categorical_crossentropy(
+                labels, logits, from_logits=True
+            )
+            loss = tf.nn.compute_average_loss(per_example)
         if wrap_tape:
             grads = wrap_tape(tape).gradient(loss, tf_variables(model.trainable_variables))
         else:

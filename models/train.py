@@ -2,8 +2,10 @@
 
 With Tiresias installed the loop is preemptible: ``tiresias.State`` restores the newest
 checkpoint on start, and ``state.steps`` checkpoints and exits 75 when the job is preempted.
-Without it, the same loop runs as plain TensorFlow. Under ``tiresias-run --workers N`` it
-trains data-parallel with the MultiWorkerMirroredStrategy that ``tiresias.strategy()`` makes.
+Without it, the same loop runs as plain TensorFlow. Under ``tiresias-run`` the strategy comes
+from ``tiresias.strategy()``: ``--workers N`` trains data-parallel with
+MultiWorkerMirroredStrategy; ``--ps M --workers N`` with ParameterServerStrategy, where this
+script runs on the chief and schedules every step onto the workers.
 
     python models/train.py --model resnet50 --steps 20
 """
@@ -30,15 +32,24 @@ def main(argv: Sequence[str] | None = None) -> None:
         model = common.build(args)
         optimizer = common.optimizer(args.lr)
     step_fn = common.train_step(model, optimizer, strategy=strategy)
+    coordinator = None
+    if isinstance(strategy, tf.distribute.experimental.ParameterServerStrategy):
+        coordinator = tf.distribute.experimental.coordinator.ClusterCoordinator(strategy)
     if tiresias:
         steps = tiresias.State(model=model, optimizer=optimizer).steps(args.steps)
     else:
         steps = range(args.steps)
     for step in steps:
         images, labels = common.batch(args, step, shard=shard)
-        loss = step_fn(images, labels)
+        if coordinator:
+            loss = coordinator.schedule(step_fn, args=(images, labels))
+        else:
+            loss = step_fn(images, labels)
         if step % args.log_every == 0 or step == args.steps - 1:
-            print(f"step {step} loss {float(loss):.4f}", flush=True)
+            value = loss.fetch() if coordinator else loss  # fetch() waits for a worker
+            print(f"step {step} loss {float(value):.4f}", flush=True)
+    if coordinator:
+        coordinator.join()  # every scheduled step has reached the parameter servers
 
 
 if __name__ == "__main__":
