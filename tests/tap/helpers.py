@@ -104,3 +104,58 @@ def tap_run(
     assert proc.returncode == 0, proc.stderr
     data: dict[str, Any] = json.loads(out.read_text())
     return proc, [ProcessProfile.from_dict(p) for p in data["processes"]]
+
+
+class SinkServer:
+    """Listening sockets on loopback that read and discard everything until EOF."""
+
+    def __init__(self, count: int) -> None:
+        self.socks = []
+        for _ in range(count):
+            s = socket.socket()
+            s.bind(("127.0.0.1", 0))
+            s.listen(16)
+            self.socks.append(s)
+            threading.Thread(target=self._accept, args=(s,), daemon=True).start()
+        self.ports = [s.getsockname()[1] for s in self.socks]
+
+    def _accept(self, listener: socket.socket) -> None:
+        while True:
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._drain, args=(conn,), daemon=True).start()
+
+    @staticmethod
+    def _drain(conn: socket.socket) -> None:
+        with conn:
+            while conn.recv(1 << 16):
+                pass
+
+    def close(self) -> None:
+        for s in self.socks:
+            s.close()
+
+
+def tap_popen(
+    cmd: Sequence[str | os.PathLike[str]], *extra: str, env: dict[str, str] | None = None
+) -> subprocess.Popen[str]:
+    """Starts ``ibverbs-tap run [extra…] -- cmd`` with pipes on stdin and stdout."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "ibverbs_tap.cli", "run", *extra, "--", *map(str, cmd)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+
+
+def tap_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "ibverbs_tap.cli", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )

@@ -1,0 +1,44 @@
+"""Traffic for the CLI tests, run under the tap.
+
+    looper.py stream PORT [--spawn]  send 1000-byte messages to PORT until killed; prints
+                                     "ready PID [CHILD_PID]" once traffic flows (--spawn: a
+                                     child process streams too, and is ready first)
+    looper.py fixed PORT_A PORT_B    send exactly 3000 bytes to A and 1000 to B, print
+                                     "ready PID", then wait for stdin to close
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import socket
+import subprocess
+import sys
+
+
+def main() -> int:
+    mode, *args = sys.argv[1:]
+    if mode == "fixed":
+        a, b = (socket.create_connection(("127.0.0.1", int(p))) for p in args)
+        a.sendall(b"a" * 3000)
+        b.sendall(b"b" * 1000)
+        print("ready", os.getpid(), flush=True)
+        sys.stdin.read()
+        return 0
+    ready = ["ready", str(os.getpid())]
+    child = None
+    if "--spawn" in args:
+        child = subprocess.Popen(
+            [sys.executable, __file__, "stream", args[0]], stdout=subprocess.PIPE, text=True
+        )
+        ready.append(child.stdout.readline().split()[1])
+    sock = socket.create_connection(("127.0.0.1", int(args[0])))
+    for i in itertools.count():
+        sock.sendall(b"x" * 1000)
+        if i == 10:
+            print(*ready, flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

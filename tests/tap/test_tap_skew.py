@@ -1,0 +1,107 @@
+"""S_J arithmetic, TF's tensor-to-PS assignments, and the service's profiler stage."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+import ibverbs_tap
+from coordinator.service import profiler
+from ibverbs_tap import Peer, ProcessProfile
+from ibverbs_tap.profile import Histogram
+from ibverbs_tap.skew import assign_tensors
+
+
+def test_skew_is_busiest_share() -> None:
+    assert ibverbs_tap.skew([3, 1]) == 0.75
+    assert ibverbs_tap.skew({"ps0": 5, "ps1": 5}) == 0.5
+    assert ibverbs_tap.skew([7]) == 1.0
+    for bad, msg in (([], "at least one"), ([0, 0], "carried 0 bytes"), ([1, -1], "negative")):
+        with pytest.raises(ValueError, match=msg):
+            ibverbs_tap.skew(bad)
+
+
+def test_round_robin_and_greedy_assignment() -> None:
+    # VGG-like: kernel/bias pairs with 2 PS put every kernel on PS 0 round-robin.
+    sizes = [100, 1, 100, 1, 5000, 1]
+    assert assign_tensors(sizes, 2) == [5200, 3]
+    # Greedy: each tensor to the least-loaded PS (lowest index on ties), in creation order.
+    assert assign_tensors(sizes, 2, "greedy") == [5101, 102]
+    assert ibverbs_tap.skew_from_tensor_sizes(sizes, 2) == pytest.approx(5200 / 5203)
+    assert ibverbs_tap.skew_from_tensor_sizes(sizes, 1) == 1.0
+    assert ibverbs_tap.skew_from_tensor_sizes([4] * 8, 4) == 0.25
+    with pytest.raises(ValueError, match="num_ps"):
+        ibverbs_tap.skew_from_tensor_sizes(sizes, 0)
+    with pytest.raises(ValueError, match="unknown assignment"):
+        ibverbs_tap.skew_from_tensor_sizes(sizes, 2, "random")
+
+
+@given(st.lists(st.integers(1, 10**9), min_size=1, max_size=60), st.integers(1, 9))
+def test_skew_bounds(sizes: list[int], num_ps: int) -> None:
+    """S_J lies in [1/num_ps, 1] and is at least the largest tensor's share for round-robin."""
+    for assignment in ("round-robin", "greedy"):
+        s = ibverbs_tap.skew_from_tensor_sizes(sizes, num_ps, assignment)
+        assert 1 / num_ps - 1e-12 <= s <= 1.0
+        assert s >= max(sizes) / sum(sizes) - 1e-12
+
+
+def test_largest_class_share() -> None:
+    assert ibverbs_tap.largest_class_share([1000, 1000, 10, 20]) == pytest.approx(2000 / 2030)
+    assert ibverbs_tap.largest_class_share([600, 1000]) == 1.0  # both in [512, 1024)
+    assert ibverbs_tap.largest_class_share([300, 1000]) == pytest.approx(1000 / 1300)
+
+
+def test_ps_addresses_from_tf_config(tmp_path) -> None:
+    cfg = {"cluster": {"ps": ["h:1", "h:2"], "worker": ["w:1"]}, "task": {"type": "worker"}}
+    assert ibverbs_tap.ps_addresses_from_tf_config(cfg) == ["h:1", "h:2"]
+    assert ibverbs_tap.ps_addresses_from_tf_config(json.dumps(cfg)) == ["h:1", "h:2"]
+    (tmp_path / "c.json").write_text(json.dumps(cfg))
+    assert ibverbs_tap.ps_addresses_from_tf_config(str(tmp_path / "c.json")) == ["h:1", "h:2"]
+    with pytest.raises(ValueError, match=r"no cluster\.ps"):
+        ibverbs_tap.ps_addresses_from_tf_config({"cluster": {"worker": ["w:1"]}})
+
+
+def _profile(*peers: tuple[str, int, int]) -> ProcessProfile:
+    def hist(n: int) -> Histogram:
+        counts, sizes = [0] * 64, [0] * 64
+        counts[max(n, 1).bit_length() - 1], sizes[max(n, 1).bit_length() - 1] = 1, n
+        return Histogram(tuple(counts), tuple(sizes))
+
+    return ProcessProfile(
+        pid=1, ppid=0, cmdline=(), start_time=0.0, images=1, verbs_built=True,
+        verbs_seen=False,
+        peers=tuple(
+            Peer("tcp", f"{h}:{p}", tx=hist(n), rx=hist(n), host=h, port=p) for h, p, n in peers
+        ),
+    )
+
+
+def test_bytes_per_ps_matches_resolved_addresses() -> None:
+    prof = _profile(("127.0.0.1", 2222, 30), ("127.0.0.1", 3333, 10), ("127.0.0.1", 4444, 99))
+    assert ibverbs_tap.bytes_per_ps([prof, prof], ["localhost:2222", "127.0.0.1:3333"]) == {
+        "localhost:2222": 120,
+        "127.0.0.1:3333": 40,
+    }
+    with pytest.raises(ValueError, match="not host:port"):
+        ibverbs_tap.bytes_per_ps([prof], ["nohostport"])
+
+
+def test_profile_round_trips_through_dict() -> None:
+    prof = _profile(("127.0.0.1", 2222, 30))
+    assert ProcessProfile.from_dict(json.loads(json.dumps(prof.to_dict()))) == prof
+
+
+def test_profiler_stage() -> None:
+    sizes = [100, 1, 100, 1, 5000, 1]
+    assert profiler.skew_from_report(sizes, 2) == pytest.approx(5200 / 5203)
+    assert profiler.skew_from_report(sizes, 0) == pytest.approx(5000 / 5203)  # all-reduce
+    assert profiler.skew_from_report(None, 2) is None
+    assert profiler.skew_from_report([0, 0], 2) is None
+    # Untraced or vanished pids give no measurement; the report is the fallback.
+    assert profiler.skew_from_pids([4194999], ["127.0.0.1:1"]) is None
+    assert profiler.job_skew(tensor_bytes=sizes, num_ps=2, pids=[4194999],
+                             ps_addresses=["127.0.0.1:1"]) == pytest.approx(5200 / 5203)
+    assert profiler.job_skew() is None
