@@ -20,9 +20,9 @@ from typing import Any
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-import tensorflow as tf  # noqa: E402
+import tensorflow as tf
 
-import ibverbs_tap  # noqa: E402
+import ibverbs_tap
 
 # (name, shape) in creation order, which is the order ParameterServerStrategy assigns
 # variables to parameter servers round-robin.
@@ -132,7 +132,12 @@ def main(argv: list[str] | None = None) -> int:
     resolver, ps = start_cluster(workers=2, ps=2)
     strategy = tf.distribute.ParameterServerStrategy(resolver)
     coordinator = tf.distribute.coordinator.ClusterCoordinator(strategy)
-    results: dict[str, Any] = {"ps": ps, "traced": _own_profile() is not None, "models": {}}
+    results: dict[str, Any] = {
+        "pid": os.getpid(),
+        "ps": ps,
+        "traced": _own_profile() is not None,
+        "models": {},
+    }
     for kind in args.models.split(","):
         before = _own_profile()
         sizes, rate = train(strategy, coordinator, kind, args.steps)
