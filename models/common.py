@@ -72,9 +72,11 @@ def batch(
     )
 
 
-def dataset(args: argparse.Namespace, start: int = 0, shard: int = 0) -> tf.data.Dataset:
-    """Batches for steps ``start … args.steps - 1``, in order."""
-    return tf.data.Dataset.range(start, args.steps).map(lambda step: batch(args, step, shard))
+def dataset(args: argparse.Namespace) -> tf.data.Dataset:
+    """Batches for steps 0, 1, … without end (``fit`` bounds it with
+    ``steps_per_epoch``). Infinite on purpose: the launcher's ``fit`` hook resumes such a
+    dataset by skipping the global step count, so a resumed run sees the same batches."""
+    return tf.data.Dataset.counter().map(lambda step: batch(args, step))
 
 
 def build(args: argparse.Namespace) -> tf.keras.Model:
