@@ -36,9 +36,17 @@ from coordinator.core.model import (
     Preempt,
     Start,
 )
+from coordinator.core.packlimit import PACKED, SPREAD, PackLimit
+from coordinator.core.placement import DEFAULT_PACKLIMIT
 from coordinator.service import keys as curve
+from coordinator.service import profiler
 from coordinator.service.agent import SETTLE
-from coordinator.service.core_adapter import apply_event, build_scheduler, restore_scheduler
+from coordinator.service.core_adapter import (
+    apply_event,
+    build_scheduler,
+    restore_scheduler,
+    snapshot,
+)
 from coordinator.service.metrics import Metrics
 from coordinator.service.store import Store
 from coordinator.service.views import job_view, node_view
@@ -127,9 +135,8 @@ class Coordinator:
         self.last_seen: dict[str, float] = {}
         self.deadlines: dict[str, float] = {}  # job → monotonic kill backstop
         self._node_gpus: dict[str, list[dict[str, Any]]] = {}
-        #: Profiler stage hook: report → S_J or None (coordinator/service/profiler.py may
-        #: install a better one, e.g. from the tap's per-peer histograms).
-        self.skew_estimator: Callable[[dict[str, Any]], float | None] = report_skew
+        #: Profiler stage hook: (report, number of PS) → S_J or None.
+        self.skew_estimator: Callable[[dict[str, Any], int], float | None] = report_skew
         self._recover()
 
     # --- state --------------------------------------------------------------------------
@@ -145,6 +152,11 @@ class Coordinator:
             except CoreError as e:  # it failed live too, and was journaled regardless
                 log.debug("replayed %s failed again: %s", kind, e)
         self.records: dict[str, dict[str, Any]] = dict(self.store.jobs())
+        self.packlimit = PackLimit(
+            DEFAULT_PACKLIMIT if self.opts.packlimit is None else self.opts.packlimit
+        )
+        for key, skew, placement, iter_time in self.store.observations():
+            self.packlimit.observe(key, skew, placement, iter_time)
         self.next_job = self.store.get_meta("next_job", 1)
         # running jobs kept running while we were down: count that time too (wall clock)
         downtime = max(0.0, time.time() - self.store.get_meta("wall", time.time()))
@@ -174,7 +186,7 @@ class Coordinator:
         for node, frame in outbox:
             self._to_node(node, frame)
         if self.store.since_snapshot >= self.opts.snapshot_every:
-            self.store.save_snapshot(self.sched.export_state())
+            self.store.save_snapshot(snapshot(self.sched))
 
     def _core(self, kind: str, **args: Any) -> Any:
         """Apply one core event and journal it (inside an ``_atomic`` block)."""
@@ -428,6 +440,7 @@ class Coordinator:
             outcome = ExitOutcome.CHECKPOINTED
         else:
             outcome = ExitOutcome.LOST
+        self._learn_packlimit(job_id, run)
         rec["run"] = None
         self.deadlines.pop(job_id, None)
         self._core("exited", job_id=job_id, now=self.clock.now(), outcome=outcome.value)
@@ -440,6 +453,28 @@ class Coordinator:
             "job %s restart %d ended: %s → %s", job_id, run["restart"], outcome.value, state.value
         )
         self._dirty = True
+
+    def _learn_packlimit(self, job_id: str, run: dict[str, Any]) -> None:
+        """Feed a finished multi-GPU run (skew, packed or spread, iteration time) to the
+        PACKLIMIT learner; journal a new value so replay places jobs the same way."""
+        rec = self.records[job_id]
+        progress = rec.get("progress", {})
+        skew, iter_time = rec.get("skew"), progress.get("iter_time")
+        if (
+            skew is None
+            or not iter_time
+            or progress.get("restart") != run["restart"]
+            or sum(map(len, run["allocation"].values())) < 2
+            or not hasattr(self.sched.placement, "packlimit")
+        ):
+            return
+        placement = PACKED if len(run["allocation"]) == 1 else SPREAD
+        key = rec["request"].get("name") or job_id
+        self.store.add_observation(key, skew, placement, iter_time)
+        self.packlimit.observe(key, skew, placement, iter_time)
+        if self.packlimit.value != self.sched.placement.packlimit:
+            log.info("PACKLIMIT learned from history: %.3f", self.packlimit.value)
+            self._core("packlimit", value=self.packlimit.value)
 
     # --- nodes --------------------------------------------------------------------------
     def _node_down(self, node: str) -> None:
@@ -716,7 +751,8 @@ class Coordinator:
         for k in ("step", "iterations", "iter_time", "gpu_time", "checkpoint", "warmup"):
             if msg.get(k) is not None:
                 progress[k] = msg[k]
-        skew = self.skew_estimator(msg)
+        progress["restart"] = msg.get("restart")
+        skew = self.skew_estimator(msg, rec["request"].get("ps", 0))
         if skew is not None and skew != rec.get("skew"):
             rec["skew"] = skew
             with self._atomic():
@@ -760,15 +796,12 @@ class Coordinator:
         self.metrics.gpus_total.set(sum(len(self._node_gpus.get(n, [])) for n in self.routes))
 
 
-def report_skew(msg: dict[str, Any]) -> float | None:
-    """S_J from a runtime report: its own ``skew`` if given, else the largest tensor's share
-    of the bytes aggregated per iteration (what the busiest PS, or the largest all-reduce
-    message class, carries when tensors are spread one per server)."""
+def report_skew(msg: dict[str, Any], num_ps: int) -> float | None:
+    """S_J from a runtime report: its own ``skew`` if given, else the profiler stage's
+    estimate from the model's tensor sizes (busiest PS, or largest all-reduce class)."""
     if msg.get("skew") is not None:
         return float(msg["skew"])
-    sizes = msg.get("tensor_bytes")
-    total = sum(sizes) if sizes else 0
-    return max(sizes) / total if total else None
+    return profiler.skew_from_report(msg.get("tensor_bytes"), num_ps)
 
 
 def _pending(run: dict[str, Any], node: str) -> bool:

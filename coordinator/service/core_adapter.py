@@ -41,10 +41,21 @@ def build_scheduler(opts: Options) -> Scheduler:
     return Scheduler([], policy=_policy(opts), placement=_placement(opts), config=config)
 
 
+def snapshot(sched: Scheduler) -> dict[str, Any]:
+    """Everything replay starts from: the core's state and the learned PACKLIMIT in force."""
+    return {
+        "scheduler": sched.export_state(),
+        "packlimit": getattr(sched.placement, "packlimit", None),
+    }
+
+
 def restore_scheduler(state: dict[str, Any], opts: Options) -> Scheduler:
     """The scheduler of a snapshot; its config (queues, PROMOTEKNOB) and learned history
     come from the snapshot, the plug-ins from today's options."""
-    return Scheduler.from_state(state, _policy(opts), _placement(opts))
+    sched = Scheduler.from_state(state["scheduler"], _policy(opts), _placement(opts))
+    if state["packlimit"] is not None and hasattr(sched.placement, "packlimit"):
+        sched.placement.packlimit = state["packlimit"]
+    return sched
 
 
 def apply_event(sched: Scheduler, kind: str, args: dict[str, Any]) -> Any:
@@ -64,4 +75,7 @@ def apply_event(sched: Scheduler, kind: str, args: dict[str, Any]) -> Any:
         return sched.node_down(args["name"], now)
     if kind == "update_skew":
         return sched.update_skew(args["job_id"], args["skew"])
+    if kind == "packlimit":  # a newly learned PACKLIMIT (skew placement only)
+        sched.placement.packlimit = args["value"]
+        return None
     raise ValueError(f"unknown journal event {kind!r}")

@@ -25,6 +25,9 @@ CREATE TABLE IF NOT EXISTS snapshot (id INTEGER PRIMARY KEY CHECK (id = 1),
 CREATE TABLE IF NOT EXISTS journal (seq INTEGER PRIMARY KEY, event BLOB NOT NULL);
 CREATE TABLE IF NOT EXISTS jobs (job_id TEXT PRIMARY KEY, seq INTEGER NOT NULL,
                                  record BLOB NOT NULL);
+CREATE TABLE IF NOT EXISTS packlimit_history (n INTEGER PRIMARY KEY AUTOINCREMENT,
+                                              key TEXT NOT NULL, skew REAL NOT NULL,
+                                              placement TEXT NOT NULL, iter_time REAL NOT NULL);
 CREATE TABLE IF NOT EXISTS decisions (n INTEGER PRIMARY KEY AUTOINCREMENT, time REAL NOT NULL,
                                       kind TEXT NOT NULL, job_id TEXT NOT NULL,
                                       allocation TEXT);
@@ -107,6 +110,20 @@ class Store:
         self.db.execute(
             "INSERT INTO decisions (time, kind, job_id, allocation) VALUES (?, ?, ?, ?)",
             (now, kind, job_id, allocation),
+        )
+
+    def add_observation(self, key: str, skew: float, placement: str, iter_time: float) -> None:
+        """One finished run for the PACKLIMIT learner (kept forever; one row per run)."""
+        self.db.execute(
+            "INSERT INTO packlimit_history (key, skew, placement, iter_time) VALUES (?, ?, ?, ?)",
+            (key, skew, placement, iter_time),
+        )
+
+    def observations(self) -> list[tuple[str, float, str, float]]:
+        return list(
+            self.db.execute(
+                "SELECT key, skew, placement, iter_time FROM packlimit_history ORDER BY n"
+            )
         )
 
     def decisions(self) -> list[tuple[float, str, str, str | None]]:

@@ -87,8 +87,9 @@ def test_agent_death_resumes_job_elsewhere_from_checkpoint(cluster: Cluster) -> 
 
 def test_preempted_job_ignoring_the_signal_is_killed_at_the_deadline(cluster: Cluster) -> None:
     grace = 1.5
+    # Q1 holds 2 GPU-s: the short job stays ahead of the demoted one on a loaded machine
     cluster.start_coordinator(
-        "--thresholds", "0.5", "--grace", str(grace), "--heartbeat-timeout", "3"
+        "--thresholds", "2", "--grace", str(grace), "--heartbeat-timeout", "3"
     )
     cluster.start_agent("a", gpus=1)
     cluster.wait_nodes("a")
