@@ -73,7 +73,8 @@ def format_job(j: dict[str, Any]) -> str:
         f"queue      Q{j['queue'] + 1}  priority {_num(j['priority'], '{:.4g}')}",
         f"attained   {j['attained']:.1f} GPU·s  (run {_dur(j['executed'])}, "
         f"waiting {_dur(j['waiting'])})",
-        f"skew S_J   {_num(j['skew'], '{:.3f}')}",
+        f"skew S_J   {_num(j['skew'], '{:.3f}')}"
+        + (f"  (PACKLIMIT {j['packlimit']:.3f})" if j.get("packlimit") is not None else ""),
         f"placement  {_placement(j['placement'])}",
         f"restarts   {j['restarts']}  preemptions {j['preemptions']}  promotions {j['promotions']}",
     ]

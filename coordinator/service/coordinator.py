@@ -597,7 +597,9 @@ class Coordinator:
         now = self.clock.now()
         if msg.get("job_id"):
             self._record("status", msg["job_id"])
-            return {"job": self._views([self.sched.job(msg["job_id"])], now)[0]}
+            view = self._views([self.sched.job(msg["job_id"])], now)[0]
+            view["packlimit"] = getattr(self.sched.placement, "packlimit", None)
+            return {"job": view}
         return {"jobs": self._views(list(self.sched.jobs()), now)}
 
     def _on_queue(self, rid: bytes, msg: dict[str, Any]) -> dict[str, Any]:

@@ -70,6 +70,8 @@ def test_failing_job_reports_code_and_log_tail(cluster: Cluster) -> None:
     nodes = cluster.client.request("nodes")["nodes"]
     assert all(n["used"] == 0 for n in nodes)
     assert "failing at step 3" in cluster.cli("status", job).stdout
+    # -f on a finished job prints everything once and returns
+    assert "failing at step 3" in cluster.cli("logs", job, "-f").stdout
 
 
 def test_cancel_waiting_and_running_jobs(cluster: Cluster) -> None:
@@ -85,3 +87,18 @@ def test_cancel_waiting_and_running_jobs(cluster: Cluster) -> None:
     wait_until(lambda: cluster.state_of(running) == "cancelled", 10, "the cancellation")
     refused = cluster.cli("cancel", "nope", check=False)
     assert refused.returncode == 1 and "unknown job id 'nope'" in refused.stderr
+
+
+def test_manual_clock_makes_service_time_exact(cluster: Cluster) -> None:
+    cluster.start_coordinator("--manual-clock", "--thresholds", "10")
+    cluster.start_agent("a", gpus=2)
+    cluster.wait_nodes("a")
+    job = cluster.submit("--steps", "100000", "--step-time", "0.01", workers=2)
+    wait_until(lambda: cluster.state_of(job) == "running", 10, "the job to start")
+    assert cluster.client.request("advance", seconds=4.0)["now"] == 4.0
+    assert cluster.job(job)["attained"] == 8.0 and cluster.job(job)["queue"] == 0
+    cluster.client.request("advance", seconds=1.5)
+    wait_until(lambda: cluster.job(job)["queue"] == 1, 5, "the demotion at 10 GPU-s")
+    assert cluster.job(job)["attained"] == 11.0
+    cluster.cli("cancel", job)
+    wait_until(lambda: cluster.state_of(job) == "cancelled", 10, "the cancellation")

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 import threading
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -19,7 +20,7 @@ from coordinator import protocol
 from coordinator.service.client import Client
 from coordinator.service.coordinator import Coordinator, Options
 
-from .conftest import wait_until
+from .conftest import free_port, wait_until
 
 
 @pytest.mark.parametrize(
@@ -97,7 +98,9 @@ def test_roundtrip_of_a_valid_message() -> None:
 @pytest.fixture(scope="module")
 def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Coordinator]:
     state = tmp_path_factory.mktemp("fuzz")
-    coord = Coordinator(Options(bind="tcp://127.0.0.1:*", state=Path(state)))
+    coord = Coordinator(
+        Options(bind="tcp://127.0.0.1:*", state=Path(state), metrics_port=free_port())
+    )
     thread = threading.Thread(target=coord.run, daemon=True)
     thread.start()
     assert coord.ready.wait(10)
@@ -221,3 +224,18 @@ def test_reported_skew_reaches_the_core_and_status(live: Coordinator) -> None:
         view = c.request("status", job_id=job)["job"]
         assert view["skew"] == 0.75 and view["progress"]["step"] == 3
         assert live.sched.job(job).spec.skew == 0.75
+
+
+def test_metrics_are_served(live: Coordinator) -> None:
+    _exchange(live, b"junk")
+    url = f"http://127.0.0.1:{live.opts.metrics_port}/metrics"
+    text = urllib.request.urlopen(url, timeout=5).read().decode()
+    for name in (
+        "tiresias_queue_length",
+        "tiresias_running_jobs",
+        "tiresias_gpus_in_use",
+        "tiresias_preemptions_total",
+        "tiresias_scheduling_pass_seconds_bucket",
+        "tiresias_bad_messages_total",
+    ):
+        assert name in text, name
