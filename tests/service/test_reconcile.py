@@ -1,0 +1,119 @@
+"""Reconciliation and replay details, driven over the real protocol by a scripted agent (a
+DEALER speaking the agent's messages) so each case is exact and fast."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import zmq
+
+from coordinator import protocol
+from coordinator.service.client import Client
+from coordinator.service.coordinator import Coordinator, Options
+from coordinator.service.core_adapter import (
+    apply_event,
+    build_scheduler,
+    restore_scheduler,
+    snapshot,
+)
+
+from .conftest import wait_until
+
+
+class ScriptedAgent:
+    """Registers as ``node`` and records the commands it is sent."""
+
+    def __init__(
+        self, address: str, node: str, gpus: int, running: list[dict[str, Any]] | None = None
+    ) -> None:
+        self.node = node
+        self.sock = zmq.Context.instance().socket(zmq.DEALER)
+        self.sock.linger = 0
+        self.sock.connect(address)
+        self.commands: list[dict[str, Any]] = []
+        reply = self.request(
+            "register", node=node, gpus=[{"index": i} for i in range(gpus)], running=running or []
+        )
+        assert reply["type"] == "ok", reply
+
+    def request(self, msg_type: str, **fields: Any) -> dict[str, Any]:
+        self.sock.send(protocol.encode(msg_type, id=1, **fields))
+        while True:
+            assert self.sock.poll(5000), f"no reply to {msg_type}"
+            msg = protocol.decode(self.sock.recv())
+            if msg["type"] in ("ok", "error"):
+                return msg
+            self.commands.append(msg)
+
+    def command(self, msg_type: str) -> dict[str, Any]:
+        """Wait for the next command of ``msg_type``."""
+
+        def got() -> dict[str, Any] | None:
+            while self.sock.poll(0):
+                self.commands.append(protocol.decode(self.sock.recv()))
+            return next((c for c in self.commands if c["type"] == msg_type), None)
+
+        cmd = wait_until(got, 5, f"a {msg_type} command for {self.node}")
+        self.commands.remove(cmd)
+        return cmd
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+@pytest.fixture
+def coord(tmp_path: Path) -> Iterator[Coordinator]:
+    c = Coordinator(Options(bind="tcp://127.0.0.1:*", state=tmp_path, heartbeat_timeout=30))
+    thread = threading.Thread(target=c.run, daemon=True)
+    thread.start()
+    assert c.ready.wait(10)
+    yield c
+    c.stop.set()
+    thread.join(5)
+
+
+def test_register_kills_unexpected_jobs_and_loses_missing_ones(coord: Coordinator) -> None:
+    with Client(coord.address) as client:
+        agent = ScriptedAgent(coord.address, "n1", 1)
+        job = client.request("submit", argv=["x.py"], workers=1)["job_id"]
+        launch = agent.command("launch")
+        assert launch["job_id"] == job and launch["restart"] == 0
+        env = launch["processes"][0]["env"]
+        assert env["CUDA_VISIBLE_DEVICES"] == "0" and env["TIRESIAS_JOB_ID"] == job
+        # the agent restarts: it runs a job nobody asked for, and no longer runs ours
+        agent.close()
+        again = ScriptedAgent(coord.address, "n1", 1, running=[{"job_id": "ghost", "restart": 0}])
+        kill = again.command("kill")
+        assert kill["job_id"] == "ghost"
+        relaunch = again.command("launch")  # ours was lost, and is resumed
+        assert relaunch["job_id"] == job and relaunch["restart"] == 1
+        view = client.request("status", job_id=job)["job"]
+        assert view["state"] == "running" and view["restarts"] == 1
+        # a resent exit report of the old run is acknowledged and ignored
+        stale = again.request(
+            "exited", node="n1", job_id=job, restart=0, outcome="failed", processes=[]
+        )
+        assert stale["type"] == "ok" and stale.get("stale") is True
+        done = again.request(
+            "exited",
+            node="n1",
+            job_id=job,
+            restart=1,
+            outcome="completed",
+            processes=[{"role": "chief", "task_index": 0, "code": 0}],
+        )
+        assert done["type"] == "ok"
+        assert client.request("status", job_id=job)["job"]["state"] == "completed"
+        again.close()
+
+
+def test_learned_packlimit_is_journaled_and_snapshotted() -> None:
+    opts = Options(placement="skew")
+    sched = build_scheduler(opts)
+    apply_event(sched, "packlimit", {"value": 0.3})
+    assert sched.placement.packlimit == 0.3
+    assert restore_scheduler(snapshot(sched), opts).placement.packlimit == 0.3
