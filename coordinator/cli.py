@@ -52,7 +52,7 @@ JOB_COLUMNS: list[tuple[str, Callable]] = [
     ("GPUS", lambda j: j["gpus"]),
     ("QUEUE", lambda j: j["queue"] + 1),
     ("PRIORITY", lambda j: _num(j["priority"], "{:.4g}")),
-    ("ATTAINED", lambda j: _dur(j["attained"]) + "·GPU"),
+    ("ATTAINED", lambda j: f"{j['attained']:.1f} GPU·s"),
     ("WAITING", lambda j: _dur(j["waiting"])),
     ("SKEW", lambda j: _num(j["skew"])),
     ("PLACEMENT", lambda j: _placement(j["placement"])),
@@ -79,7 +79,14 @@ def format_job(j: dict[str, Any]) -> str:
         f"restarts   {j['restarts']}  preemptions {j['preemptions']}  promotions {j['promotions']}",
     ]
     if progress:
-        lines.append("progress   " + "  ".join(f"{k} {v}" for k, v in sorted(progress.items())))
+        lines.append(
+            "progress   "
+            + "  ".join(
+                f"{k} {v:.3g}" if isinstance(v, float) else f"{k} {v}"
+                for k, v in sorted(progress.items())
+                if v is not None
+            )
+        )
     if j.get("log_tail"):
         lines.append("log tail of the failing process:")
         lines += ["  " + line for line in j["log_tail"].rstrip().splitlines()[-10:]]
@@ -103,7 +110,7 @@ def cmd_submit(client: Client, args: argparse.Namespace) -> int:
         horovod=args.horovod,
         gpus=args.gpus,
         cwd=os.getcwd(),
-        name=args.name,
+        name=args.name or Path(args.script).name,
         env=dict(kv.split("=", 1) for kv in args.env),
     )
     _print(args, {"job_id": reply["job_id"]}, lambda d: d["job_id"])
@@ -290,7 +297,7 @@ def main(argv: list[str] | None = None) -> int:
         with Client(args.coordinator, client_keys(args.curve_keys), args.timeout) as client:
             return args.func(client, args)
     except RequestError as e:
-        print(f"tiresias {args.command}: {e}", file=sys.stderr)
+        print(f"tiresias: {e}", file=sys.stderr)
         return 1
     except (OSError, ValueError) as e:
         print(f"tiresias {args.command}: {e}", file=sys.stderr)

@@ -31,10 +31,10 @@ from coordinator import protocol
 from coordinator.service.client import ADDRESS_ENV as COORDINATOR_ENV
 from coordinator.service.client import client_keys, dealer, default_address
 from coordinator.service.keys import KEYS_ENV, ClientKeys
+from tiresias_launch import EXIT_CHECKPOINTED
 
 log = logging.getLogger("tiresias.agent")
 
-EXIT_CHECKPOINTED = 75
 LOG_TAIL_BYTES = 2048
 #: Seconds the rest of a job gets to exit after one of its processes failed or the chief ended.
 STOP_GRACE = 5.0

@@ -3,6 +3,7 @@ service's records, shared by the coordinator (to answer) and the CLI (to print).
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from coordinator.core.model import Job, JobState
@@ -15,7 +16,7 @@ def job_view(job: Job, rec: dict[str, Any], now: float, rank: int | None) -> dic
     waiting = now - job.wait_since if job.state is JobState.WAITING and job.wait_since else 0.0
     return {
         "job_id": job.job_id,
-        "name": req.get("name") or " ".join(req.get("argv", [])[:1]),
+        "name": req.get("name") or Path(req.get("argv", [""])[0]).name,
         "argv": req.get("argv", []),
         "state": job.state.value,
         "queue": job.queue,
