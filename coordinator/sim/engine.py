@@ -249,21 +249,23 @@ class _Simulation:
         self.runs[spec.job_id] = _Run(spec, record, ckpt, restore, wait_since=now)
 
     def _schedule(self, now: float) -> None:
-        """Passes at ``now`` until the core has nothing more to say: a preemption whose
-        checkpoint is free releases GPUs at once, which the next pass can hand out."""
+        """Passes at ``now`` while they free GPUs: a preemption whose checkpoint is free exits
+        at once, and the next pass hands its GPUs out. A pass that only started jobs leaves
+        nothing for another pass at the same instant (CONTRACT), so none is run."""
         for _ in range(_MAX_PASSES_PER_INSTANT):
             decisions = self.sched.schedule(now)
             self.result.passes += 1
-            if not decisions:
-                return
+            freed = False
             for d in decisions:
                 self.result.decisions.append((now, d))
                 if isinstance(d, Start):
                     self._start(self.runs[d.job_id], d, now)
                 elif isinstance(d, Preempt):
-                    self._preempt(self.runs[d.job_id], now)
+                    freed |= self._preempt(self.runs[d.job_id], now)
                 elif isinstance(d, Kill):
                     raise RuntimeError(f"core killed {d.job_id}, but the simulator cancels none")
+            if not freed:
+                return
         raise RuntimeError(
             f"{self.result.policy}: still deciding after {_MAX_PASSES_PER_INSTANT} passes "
             f"at t={now}"
@@ -284,14 +286,16 @@ class _Simulation:
         finish = run.work_start + (record.duration - run.done) * run.slowdown
         self._push(finish, _COMPLETE, record.job_id, run.version)
 
-    def _preempt(self, run: _Run, now: float) -> None:
+    def _preempt(self, run: _Run, now: float) -> bool:
+        """Stop ``run``; True when its GPUs are free again at once (no checkpoint cost)."""
         run.version += 1
         run.done += max(0.0, now - run.work_start) / run.slowdown
         run.record.preemptions += 1
         if run.checkpoint_s > 0:
             self._push(now + run.checkpoint_s, _CHECKPOINTED, run.record.job_id, run.version)
-        else:
-            self._checkpointed(run, now)
+            return False
+        self._checkpointed(run, now)
+        return True
 
     def _checkpointed(self, run: _Run, now: float) -> None:
         self.sched.exited(run.record.job_id, now, ExitOutcome.CHECKPOINTED)
