@@ -22,6 +22,8 @@ import zmq
 from tiresias_launch.env import LaunchEnv
 
 PROTOCOL_VERSION = 1
+#: How long the last report may wait for an unreachable coordinator (delays the exit).
+FINAL_PATIENCE = 0.25
 log = logging.getLogger(__name__)
 
 
@@ -144,7 +146,7 @@ class Reporter:
             while True:
                 stopping = self._stop.wait(self.interval)
                 self._enqueue()
-                self._send(sock, patience=1.0 if stopping else 0.0)
+                self._send(sock, patience=FINAL_PATIENCE if stopping else 0.0)
                 if stopping:
                     return
         finally:
@@ -163,7 +165,7 @@ class Reporter:
             self._queue.popleft()
 
     def close(self) -> None:
-        """Send the last report (waiting up to ~1 s for the coordinator) and stop."""
+        """Send the last report (waiting up to FINAL_PATIENCE for the coordinator) and stop."""
         if self._thread is not None:
             self._stop.set()
             self._thread.join(timeout=3.0)

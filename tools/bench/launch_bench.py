@@ -1,0 +1,184 @@
+"""Launcher runtime benchmarks (results and command in docs/launcher.md).
+
+1. Per-step overhead of ``State.steps`` (stop check, timing, report counters) on a small
+   Keras model, with reporting on (a local ROUTER plays the coordinator): absolute µs/step
+   and share of the model's step time.
+2. Preemption latency: SIGTERM to a job planned by ``gang.plan`` → every process exited with
+   75, against writing the same checkpoint bytes with a plain ``write`` + ``fsync``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+
+
+def _model_step_seconds(steps: int, rounds: int = 20) -> tuple[float, float]:
+    """Mean seconds per step of a small model without and with the runtime."""
+    import keras
+    import tensorflow as tf
+
+    import tiresias
+
+    model = keras.Sequential([keras.Input((32,)), keras.layers.Dense(64), keras.layers.Dense(1)])
+    optimizer = keras.optimizers.SGD(0.01)
+    x = tf.random.stateless_normal([64, 32], seed=[0, 1])
+
+    @tf.function
+    def train_step() -> tf.Tensor:
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_mean(tf.square(model(x)))
+        grads = tape.gradient(loss, model.trainable_variables)
+        optimizer.apply_gradients(zip(grads, model.trainable_variables, strict=True))
+        return loss
+
+    def timed(loop) -> float:
+        t0 = time.perf_counter()
+        for _ in loop:
+            train_step()
+        return (time.perf_counter() - t0) / steps
+
+    for _ in range(50):
+        train_step()
+    state = tiresias.State(model=model, optimizer=optimizer)
+    plain, instrumented = [], []
+    for r in range(rounds):  # ABBA order so load from other processes hits both alike
+        pair = [
+            lambda: plain.append(timed(range(steps))),
+            lambda: instrumented.append(timed(state.steps(state.step + steps))),
+        ]
+        for run in pair if r % 2 else reversed(pair):
+            run()
+    return statistics.median(plain), statistics.median(instrumented)
+
+
+def _boundary_seconds(steps: int) -> float:
+    """Seconds per step of ``State.steps`` around an empty body: the runtime's own cost."""
+    from tiresias_launch.tensorflow import State
+
+    state = State.current()
+    start = state.step
+    t0 = time.perf_counter()
+    for _ in state.steps(start + steps):
+        pass
+    return (time.perf_counter() - t0) / steps
+
+
+def overhead(steps: int) -> dict[str, float]:
+    plain, instrumented = _model_step_seconds(steps)
+    boundary = _boundary_seconds(20_000)
+    return {
+        "load_average_1m": os.getloadavg()[0],
+        "model_step_us": plain * 1e6,
+        "instrumented_step_us": instrumented * 1e6,
+        "runtime_us_per_step": boundary * 1e6,
+        "runtime_share_of_step_pct": 100 * boundary / plain,
+        "instrumented_minus_plain_us": (instrumented - plain) * 1e6,
+    }
+
+
+def _wait(condition, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise TimeoutError("bench job did not start training")
+        time.sleep(0.01)
+
+
+def _renamed(directory: Path) -> bool:
+    """Whether a checkpoint has been renamed into place (it is durable from then on)."""
+    return directory.is_dir() and any(p.name.startswith("ckpt-") for p in directory.iterdir())
+
+
+def preemption(width: int, runs: int) -> dict[str, object]:
+    from tiresias_launch import EXIT_CHECKPOINTED
+    from tiresias_launch.checkpoint import CheckpointStore
+    from tiresias_launch.gang import GangRequest, free_local_port, plan
+
+    durable, exited, ckpt_bytes = [], [], 0
+    with tempfile.TemporaryDirectory(prefix="tiresias-bench-") as tmp:
+        work = Path(tmp)
+        for run in range(runs):
+            job, progress = f"bench{run}", work / f"progress-{run}"
+            request = GangRequest((str(HERE / "launch_bench_job.py"), str(width), str(progress)))
+            [spec] = plan(request, job, {"localhost": [0]}, None, work, 0, free_local_port)
+            env = {
+                **os.environ,
+                **spec.env,
+                "CUDA_VISIBLE_DEVICES": "",
+                "TF_CPP_MIN_LOG_LEVEL": "2",
+            }
+            proc = subprocess.Popen(
+                [sys.executable, *spec.argv[1:]],
+                env=env,
+                cwd=work,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+            _wait(lambda p=progress: p.exists() and int(p.read_text() or 0) >= 20, 300)
+            t0 = time.perf_counter()
+            proc.send_signal(signal.SIGTERM)
+            while proc.poll() is None and not _renamed(work / job):
+                time.sleep(0.002)
+            durable.append(time.perf_counter() - t0)
+            code = proc.wait(300)
+            exited.append(time.perf_counter() - t0)
+            assert code == EXIT_CHECKPOINTED, f"bench job exited {code}"
+            [ckpt] = CheckpointStore(work / job, job).complete()
+            ckpt_bytes = ckpt.manifest.bytes
+        payload = os.urandom(ckpt_bytes)
+        writes = []
+        for run in range(runs):
+            t0 = time.perf_counter()
+            with open(work / f"plain-{run}", "wb") as fh:
+                fh.write(payload)
+                fh.flush()
+                os.fsync(fh.fileno())
+            writes.append(time.perf_counter() - t0)
+    return {
+        "load_average_1m": os.getloadavg()[0],
+        "checkpoint_mb": ckpt_bytes / 1e6,
+        "signal_to_checkpoint_renamed_s": sorted(durable),
+        "signal_to_exit_s": sorted(exited),
+        "plain_write_fsync_s": sorted(writes),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=100, help="steps per overhead round")
+    parser.add_argument("--width", type=int, default=2048, help="bench job hidden width")
+    parser.add_argument("--runs", type=int, default=3, help="preemptions to time")
+    args = parser.parse_args()
+    import zmq
+
+    # A live coordinator for this process and the bench jobs, so reporting costs are included.
+    router = zmq.Context.instance().socket(zmq.ROUTER)
+    port = router.bind_to_random_port("tcp://127.0.0.1")
+    os.environ.update(
+        TIRESIAS_COORDINATOR=f"tcp://127.0.0.1:{port}",
+        TIRESIAS_JOB_ID="bench",
+        TIRESIAS_CHECKPOINT_DIR=tempfile.mkdtemp(prefix="tiresias-bench-"),
+    )
+    result = {"overhead": overhead(args.steps), "preemption": preemption(args.width, args.runs)}
+    reports = 0
+    while router.poll(100):
+        router.recv_multipart()
+        reports += 1
+    router.close(linger=0)
+    result["reports_received"] = reports
+    print(json.dumps(result, indent=2))
+
+
+if __name__ == "__main__":
+    main()
