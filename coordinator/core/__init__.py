@@ -1,4 +1,22 @@
-"""The pure scheduling core: jobs, GPUs, policies and placement; no I/O, no clock."""
+"""The pure scheduling core: jobs, GPUs, policies and placement; no I/O, no clock, no
+randomness. The CONTRACT is in ``coordinator.core.scheduler``.
+
+Decisions taken here (each also documented where it is implemented):
+
+- Queues: default K = 2 with Q_1^hi = 3600 GPU-seconds (``DEFAULT_QUEUE_THRESHOLDS``); a job
+  is in queue i while Q_i ≤ W_J × t_J < Q_{i+1}, so it is demoted at the exact moment its
+  attained service reaches a threshold (``next_wakeup`` returns that moment).
+- Inside a 2D-LAS queue: jobs that have started, FIFO by first start time, then never-started
+  jobs by arrival; a newcomer therefore never preempts a job of its own queue.
+- Starvation: δ_J counts from the moment a job stopped (preempted) or was submitted; at
+  δ_J ≥ PROMOTEKNOB × t_J it goes to queue 0 with t_J = 0 and δ_J restarted.
+- Gittins: index exactly as written, Δ = the job's queue threshold; the authors' variant is
+  ``make_policy("tiresias-g", variant="authors")`` (Figure 7: 28/3 vs 30/3, both pinned).
+- ``las``: exact crossing wakeups; equal service goes to the earlier (arrival, id), the
+  other job overtakes ``quantum`` seconds later. ``gandiva``: turns of ``quantum`` seconds
+  while jobs wait, least recently served first.
+- Placement ``skew``: a job of unknown skew is consolidated (never slower for the job).
+"""
 
 from coordinator.core.config import DEFAULT_QUEUE_THRESHOLDS, SchedulerConfig
 from coordinator.core.gittins import GITTINS_VARIANTS, ServiceDistribution

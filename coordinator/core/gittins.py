@@ -32,6 +32,7 @@ class ServiceDistribution:
         self._sorted: list[float] = sorted(_check(s) for s in samples)
         self._pending: list[float] = []
         self._rebuild_fraction = rebuild_fraction
+        self.version = 0  # bumped whenever indexes may change (new samples merged)
         self._prefix: list[float] = []
         self._reprefix()
 
@@ -58,6 +59,7 @@ class ServiceDistribution:
             self._sorted = sorted(self._sorted + self._pending)
             self._pending = []
             self._reprefix()
+            self.version += 1
 
     def _reprefix(self) -> None:
         acc = 0.0

@@ -242,8 +242,23 @@ class TiresiasG(_Queued):
         self.learn = learn
         self.variant = variant
 
+    def bind(self, config: SchedulerConfig) -> None:
+        super().bind(config)
+        self._indexed_version = self.distribution.version
+
     def is_static(self, job: Job) -> bool:
-        return job.queue == self.config.queues - 1
+        """A waiting job's service is fixed, so its index is too until the distribution
+        changes (then ``refresh`` re-files them all)."""
+        return job.state is JobState.WAITING or job.queue == self.config.queues - 1
+
+    def refresh(self, now: float) -> None:
+        super().refresh(now)
+        if self._indexed_version != self.distribution.version:
+            self._indexed_version = self.distribution.version
+            last = self.config.queues - 1
+            for job in [j for j in self._members.values()
+                        if j.state is JobState.WAITING and j.queue < last]:
+                self.changed(job, now)
 
     def key(self, job: Job, now: float) -> Key:
         if job.queue == self.config.queues - 1:
@@ -256,8 +271,7 @@ class TiresiasG(_Queued):
         """Running jobs in queues above every waiting job all keep their GPUs whatever their
         order among themselves, so their index (the costly part) is skipped: the pass only
         compares them with waiting jobs, which all sort after them by queue."""
-        top = min((j.queue for j in self._waiting_dyn.values()),
-                  default=self.config.queues - 1 if self._waiting else self.config.queues)
+        top = self._waiting[0][0] if self._waiting else self.config.queues
         for j in self._running_dyn.values():
             yield self.key(j, now) if j.queue >= top else (j.queue, 0.0, *_fifo_by_start(j))
 
@@ -270,21 +284,27 @@ class TiresiasG(_Queued):
 
     def load_state(self, state: dict[str, Any]) -> None:
         self.distribution = ServiceDistribution.from_state(state["distribution"])
+        self._indexed_version = self.distribution.version
 
 
 class Las(Policy):
-    """Continuous 2D-LAS: least attained GPU service first, preemptive. Wakes up exactly when a
-    running job's service reaches a waiting job's. At equal service the tie (arrival, id)
-    decides; when the waiting job loses it, the running job must get strictly ahead, which
-    the policy resolves ``quantum`` seconds later (bounds ping-pong between equal jobs).
-    ``crossings=False`` re-evaluates only at events and ``SchedulerConfig.interval`` ticks:
-    the paper's Figure 7 model ("priorities re-evaluated every time unit")."""
+    """Continuous 2D-LAS: least attained GPU service first, preemptive, with exact wakeups at
+    the moment a running job's service passes a waiting job's.
+
+    A running job keeps a lead of ``quantum`` seconds of its own service: its key is its
+    attained service minus W_J × quantum. Without that hysteresis, jobs of equal service
+    would swap at every rounding step (processor sharing has no all-or-nothing analogue);
+    with it, every turn lasts at least ``quantum``. Ties go to the earlier (arrival, id).
+    ``crossings=False`` re-evaluates only at events and ``SchedulerConfig.interval`` ticks;
+    with ``quantum=0`` that is the paper's Figure 7 model ("priorities re-evaluated every
+    time unit")."""
 
     name = "las"
 
     def __init__(self, quantum: float = 60.0, *, crossings: bool = True) -> None:
-        if not quantum > 0:
-            raise CoreError(f"las quantum must be > 0, got {quantum}")
+        if not (quantum > 0 or (quantum == 0 and not crossings)):
+            raise CoreError(f"las quantum must be > 0 (0 only with crossings=False), "
+                            f"got {quantum}")
         self.quantum = quantum
         self.crossings = crossings
 
@@ -292,29 +312,31 @@ class Las(Policy):
         s = job.spec
         if job.last_start is None:
             return (s.gpus * job.executed, s.arrival, s.job_id)
-        return (s.gpus * (job.executed + (now - job.last_start)), s.arrival, s.job_id)
+        return (s.gpus * (job.executed + (now - job.last_start) - self.quantum),
+                s.arrival, s.job_id)
 
     def next_wakeup(self, now: float) -> float | None:
+        """For each running job, the time its key passes the next waiting key (the smallest
+        waiting service above it comes first)."""
         waiting = self._waiting
         if not (self.crossings and waiting):
             return None
         best = math.inf
         keys, gpus = self.running_order(now)
         for rk, g in zip(keys, gpus, strict=True):
+            i = bisect.bisect_right(waiting, rk)
+            if i == len(waiting):
+                continue
+            a_w, arr_w, id_w = waiting[i]
             r = self._members[rk[-1]]
             assert r.last_start is not None
-            for i in range(bisect.bisect_right(waiting, rk), len(waiting)):
-                a_w, arr_w, id_w = waiting[i]
-                t = r.last_start + (a_w / g - r.executed)  # from fixed fields: reproducible
-                if t >= best:
-                    break
-                wins = (arr_w, id_w) < rk[1:]
-                best = min(best, t if wins else t + self.quantum)
-                if wins:
-                    break
-        if math.isinf(best):
-            return None
-        return best if best > now else math.nextafter(now, math.inf)  # rounding: next ulp
+            t = r.last_start + (a_w / g + self.quantum - r.executed)  # from fixed fields
+            if (arr_w, id_w) > rk[1:] or t <= now:
+                # the waiting job needs a strict lead, or rounding left the crossing behind:
+                # a few ulps later the keys compare as they should
+                t = max(t, now) + 4 * (math.ulp(a_w) / g + math.ulp(now))
+            best = min(best, t)
+        return None if math.isinf(best) else best
 
 
 class Srtf(Policy):

@@ -282,13 +282,18 @@ def test_las_crossings_are_exact() -> None:
     s.submit(spec("a", 1), 0)
     settle(s, 0)
     s.submit(spec("b", 1, arrival=5), 5)
-    assert preempted(settle(s, 5)) == ["a"]  # b has less service
-    # b reaches a's 5 GPU-s at 10; a arrived first so it wins the tie at equality
-    assert s.next_wakeup(5) == 10.0
-    assert started(settle(s, 10.0)) == ["a"]
-    # now a leads the tie, so b needs a to get strictly ahead: resolved one quantum later
-    assert s.next_wakeup(10.0) == 13.0
-    assert started(settle(s, 13.0)) == ["b"]
+    assert preempted(settle(s, 5)) == ["a"]  # a leads b by 5 GPU-s > its 3 s quantum
+    # b's service minus its quantum reaches a's 5 GPU-s at 13; a arrived first: tie to a
+    assert s.next_wakeup(5) == 13.0
+    assert settle(s, 12.9) == []
+    assert started(settle(s, 13.0)) == ["a"]
+    # a (5 GPU-s) must now get strictly ahead of b (8 GPU-s) by its quantum: just after 19
+    t = s.next_wakeup(13.0)
+    assert t is not None and 19.0 < t < 19.0 + 1e-9
+    assert settle(s, 19.0) == []
+    assert started(settle(s, t)) == ["b"]
+    with pytest.raises(CoreError, match="quantum"):
+        make_policy("las", quantum=0)
 
 
 # ---- placement ----------------------------------------------------------------------------
