@@ -167,20 +167,27 @@ def follow_logs(
     write: Callable[[str, str], None],
     until: Callable[[], bool] | None = None,
     interval: float = 0.5,
-) -> None:
-    """Print new log bytes of every process of ``job_id`` as they appear (``logs -f``, and
-    ``tiresias-run``). Stops when ``until()`` is true after a final fetch, or never."""
+) -> list[str]:
+    """Write every log byte of ``job_id``'s processes, page by page, as it appears
+    (``logs``, ``logs -f``, ``tiresias-run``). Returns when ``until()`` was true before a
+    fetch that drained everything; never without ``until``. Returns nodes that did not answer.
+    """
     offsets: dict[str, int] = {}
     while True:
         done = until is not None and until()
-        reply = client.request("logs", job_id=job_id, offsets=offsets)
-        for name in sorted(reply["files"]):
-            f = reply["files"][name]
-            if f["data"]:
-                write(name, f["data"])
-            offsets[name] = f["offset"]
+        while True:
+            reply = client.request("logs", job_id=job_id, offsets=offsets)
+            fresh = False
+            for name in sorted(reply["files"]):
+                f = reply["files"][name]
+                if f["data"]:
+                    write(name, f["data"])
+                    fresh = True
+                offsets[name] = f["offset"]
+            if not fresh:
+                break
         if done:
-            return
+            return list(reply["missing"])
         time.sleep(interval)
 
 
@@ -194,27 +201,38 @@ def log_writer(multi: bool) -> Callable[[str, str], None]:
     return write
 
 
+def _sections() -> Callable[[str, str], None]:
+    """Writer printing a ``==> node/file <==`` header whenever the file changes."""
+    current: list[str] = []
+
+    def write(name: str, data: str) -> None:
+        if current != [name]:
+            current[:] = [name]
+            print(f"==> {name} <==", flush=True)
+        sys.stdout.write(data)
+        sys.stdout.flush()
+
+    return write
+
+
 def cmd_logs(client: Client, args: argparse.Namespace) -> int:
-    if args.follow:
-        job = args.job
+    job = args.job
 
-        def finished() -> bool:
-            return client.request("status", job_id=job)["job"]["state"] in (
-                "completed",
-                "failed",
-                "cancelled",
-            )
+    def finished() -> bool:
+        state = client.request("status", job_id=job)["job"]["state"]
+        return state in ("completed", "failed", "cancelled")
 
-        follow_logs(client, job, log_writer(True), until=finished)
-        return 0
-    reply = client.request("logs", job_id=args.job, limit=1 << 18)
     if args.json:
-        print(json.dumps(reply["files"], indent=2, sort_keys=True))
+        files: dict[str, str] = {}
+        missing = follow_logs(
+            client, job, lambda n, d: files.__setitem__(n, files.get(n, "") + d), until=lambda: True
+        )
+        print(json.dumps(files, indent=2, sort_keys=True))
+    elif args.follow:
+        missing = follow_logs(client, job, log_writer(True), until=finished)
     else:
-        for name in sorted(reply["files"]):
-            print(f"==> {name} <==")
-            sys.stdout.write(reply["files"][name]["data"])
-    for node in reply["missing"]:
+        missing = follow_logs(client, job, _sections(), until=lambda: True)
+    for node in missing:
         print(f"tiresias: node {node} did not answer; its logs are missing", file=sys.stderr)
     return 0
 

@@ -85,7 +85,8 @@ def main() -> int:
             save()
             print(f"checkpointed at step {step}", flush=True)
             return EXIT_CHECKPOINTED
-        time.sleep(args.step_time)
+        if args.step_time:
+            time.sleep(args.step_time)
         step += 1
         print(f"step {step}", flush=True)
         if reporter is not None:

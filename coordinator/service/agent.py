@@ -87,11 +87,14 @@ def nvml_gpus() -> list[dict[str, Any]] | None:
         pynvml.nvmlShutdown()
 
 
+_prctl = ctypes.CDLL(None, use_errno=True).prctl  # resolved before any fork
+
+
 def _die_with_agent() -> None:
-    """Child side of fork: SIGKILL this process if the agent dies, since a restarted agent
-    cannot adopt it and the coordinator will resume the job elsewhere."""
+    """Child side of fork (no locks, no imports): own session, and SIGKILL when the agent
+    dies, since a restarted agent cannot adopt it and the coordinator resumes it elsewhere."""
     os.setsid()
-    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
 def log_tail(path: Path, limit: int = LOG_TAIL_BYTES) -> str:
@@ -339,6 +342,8 @@ class Agent:
         old = self.parts.get(job_id)
         if old is not None and old.restart >= restart:
             return  # a duplicate launch (resent after a reconnect): never run a job twice
+        for p in old.alive if old is not None else ():  # a stale run must not linger
+            p.signal(signal.SIGKILL)
         logdir = self.workdir / "logs" / job_id
         logdir.mkdir(parents=True, exist_ok=True)
         procs = []
@@ -399,14 +404,16 @@ class Agent:
     def _on_fetch_logs(self, msg: dict[str, Any]) -> None:
         logdir = self.workdir / "logs" / msg["job_id"]
         files: dict[str, dict[str, Any]] = {}
-        for path in sorted(logdir.glob("*.log")) if logdir.is_dir() else []:
+        paths = sorted(logdir.glob("*.log")) if logdir.is_dir() else []
+        per_file = msg["limit"] // max(1, len(paths))  # ``limit`` is for the whole reply
+        for path in paths:
             start = msg["offsets"].get(path.name, 0)
             with path.open("rb") as f:
                 size = f.seek(0, os.SEEK_END)
                 if start > size:
                     start = 0
                 f.seek(start)
-                data = f.read(msg["limit"])
+                data = f.read(per_file)
             files[path.name] = {
                 "offset": start + len(data),
                 "size": size,

@@ -58,6 +58,7 @@ log = logging.getLogger("tiresias.coordinator")
 #: Coordinator→agent "code" asking an unknown agent to register again.
 REGISTER = "register"
 LOG_FETCH_TIMEOUT = 3.0
+LOG_BUDGET = protocol.MAX_MESSAGE_BYTES // 4
 
 
 @dataclass
@@ -644,8 +645,11 @@ class Coordinator:
         rec = self._record("logs", msg["job_id"])
         req = next(self._fetch_ids)
         offsets = msg.get("offsets") or {}
-        limit = min(msg.get("limit") or 65536, protocol.MAX_MESSAGE_BYTES // 4)
         nodes = [n for n in rec.get("nodes_ever", []) if n in self.routes]
+        # the whole answer must fit one message: split a byte budget over the nodes (and
+        # each agent over its files), with room for decoding and framing
+        budget = min(msg.get("limit") or LOG_BUDGET, LOG_BUDGET)
+        limit = budget // max(1, len(nodes))
         fetch = LogFetch(rid, msg["id"], set(nodes), time.monotonic() + LOG_FETCH_TIMEOUT)
         self._fetches[req] = fetch
         for node in nodes:

@@ -102,3 +102,17 @@ def test_manual_clock_makes_service_time_exact(cluster: Cluster) -> None:
     assert cluster.job(job)["attained"] == 11.0
     cluster.cli("cancel", job)
     wait_until(lambda: cluster.state_of(job) == "cancelled", 10, "the cancellation")
+
+
+def test_logs_larger_than_one_message_arrive_whole(cluster: Cluster) -> None:
+    cluster.start_coordinator()
+    cluster.start_agent("a", gpus=1)
+    cluster.wait_nodes("a")
+    job = cluster.submit("--steps", "150000", "--step-time", "0")  # ~1.5 MB of log
+    wait_until(lambda: cluster.state_of(job) == "completed", 60, "the chatty job")
+    out = cluster.cli("logs", job).stdout
+    assert len(out) > 1_000_000 and out.startswith("==> a/chief-0.log <==\n")
+    lines = out.splitlines()
+    assert lines[-1] == "done after 150000 steps"
+    steps = [int(line.split()[1]) for line in lines if line.startswith("step ")]
+    assert steps == list(range(1, 150001))
