@@ -1,0 +1,103 @@
+"""tiresias.State and @preemptible in-process with real TensorFlow: step counting, the
+save-and-exit path, restore, and falling back past a damaged checkpoint."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tiresias_launch import EXIT_CHECKPOINTED
+from tiresias_launch.env import parse
+from tiresias_launch.runtime import Runtime
+
+pytestmark = pytest.mark.tf
+tf = pytest.importorskip("tensorflow")
+keras = pytest.importorskip("keras")
+tiresias_tf = pytest.importorskip("tiresias_launch.tensorflow")
+
+
+class Exited(Exception):
+    def __init__(self, code: int) -> None:
+        self.code = code
+
+
+@pytest.fixture
+def runtime(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Runtime:
+    """A runtime for this test only: no signal handlers in pytest, exit raises instead."""
+    monkeypatch.setattr(Runtime, "install_signal_handlers", lambda self: None)
+    rt = Runtime(parse({"TIRESIAS_CHECKPOINT_DIR": str(tmp_path), "TIRESIAS_JOB_ID": "t"}))
+
+    def exit_(code: int) -> None:
+        raise Exited(code)
+
+    monkeypatch.setattr(rt, "exit", exit_)
+    monkeypatch.setattr(tiresias_tf, "get_runtime", lambda: rt)
+    monkeypatch.setattr(tiresias_tf.State, "_current", None)
+    return rt
+
+
+def _trainer():
+    """A named model (fresh Keras auto-names would differ within one process) + its step."""
+    model = keras.Sequential(
+        [keras.Input((4,), name="x"), keras.layers.Dense(2, name="d")], name="net"
+    )
+    optimizer = keras.optimizers.SGD(0.1, momentum=0.9)
+
+    @tf.function
+    def step() -> None:
+        x = tf.ones([3, 4])
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_sum(model(x) ** 2)
+        grads = tape.gradient(loss, model.trainable_variables)
+        optimizer.apply_gradients(zip(grads, model.trainable_variables, strict=True))
+
+    return model, optimizer, step
+
+
+def test_preemptible_counts_each_call_once_then_saves_and_exits(runtime: Runtime) -> None:
+    model, optimizer, raw_step = _trainer()
+    state = tiresias_tf.State(model=model, optimizer=optimizer)
+    train_step = tiresias_tf.preemptible(raw_step)
+    for _ in state.steps(3):  # decorator inside steps(): still one step per iteration
+        train_step()
+    assert state.step == 3
+    while state.step < 5:
+        train_step()
+    runtime.flag.set()
+    with pytest.raises(Exited) as exited:
+        train_step()
+    assert exited.value.code == EXIT_CHECKPOINTED
+    assert [c.manifest.step for c in runtime.store.complete()] == [5]
+    assert int(optimizer.iterations.numpy()) == 5  # the call that saw the flag did not run
+
+    runtime.flag.received = None
+    model2, optimizer2, _ = _trainer()
+    resumed = tiresias_tf.State(model=model2, optimizer=optimizer2)
+    assert resumed.step == 5
+    for a, b in zip(model.get_weights(), model2.get_weights(), strict=True):
+        assert (a == b).all()
+    assert int(optimizer2.iterations.numpy()) == 5
+
+
+def test_damaged_newest_checkpoint_falls_back_to_previous(runtime: Runtime) -> None:
+    model, optimizer, train_step = _trainer()
+    state = tiresias_tf.State(model=model, optimizer=optimizer)
+    for _ in state.steps(2):
+        train_step()
+    state.save()
+    at_two = model.get_weights()
+    for _ in state.steps(4):
+        train_step()
+    newest = state.save()
+    assert newest is not None
+    data = next(newest.path.glob("state.data-*"))
+    raw = bytearray(data.read_bytes())
+    raw[: len(raw) // 2] = bytes(len(raw) // 2)  # bit rot in the tensor bytes
+    data.write_bytes(bytes(raw))
+
+    model2, optimizer2, _ = _trainer()
+    resumed = tiresias_tf.State(model=model2, optimizer=optimizer2)
+    assert resumed.step == 2
+    for a, b in zip(at_two, model2.get_weights(), strict=True):
+        assert (a == b).all()
