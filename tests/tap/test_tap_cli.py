@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -86,6 +87,26 @@ def test_profile_errors() -> None:
     assert gone.returncode == 1 and "process 4194999 does not exist" in gone.stderr
     bad = tap_cli("profile", "1", "--interval", "0")
     assert bad.returncode == 1 and "--interval must be positive" in bad.stderr
+
+
+@pytest.mark.skipif(
+    os.geteuid() != 0 or shutil.which("setpriv") is None, reason="needs root and setpriv"
+)
+def test_profile_of_another_users_process(tap_lib: str, sink: SinkServer) -> None:
+    """The profile file is 0600: another user gets a clear permission error."""
+    env = {k: v for k, v in os.environ.items() if k != "IBVERBS_TAP_DIR"}
+    env["LD_PRELOAD"] = tap_lib
+    proc = subprocess.Popen([sys.executable, LOOPER, "fixed", *map(str, sink.ports)], env=env,
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    pid = proc.stdout.readline().split()[1]
+    nobody = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
+    res = subprocess.run([*nobody, sys.executable, "-m", "ibverbs_tap.cli", "profile", pid],
+                         capture_output=True, text=True, timeout=60,
+                         env=dict(os.environ, PYTHONPATH=str(HERE.parents[1])))
+    proc.stdin.close()
+    proc.wait(timeout=30)
+    assert res.returncode == 1, res.stderr
+    assert f"cannot read /dev/shm/{FILE_PREFIX}{pid}: permission denied" in res.stderr
 
 
 def test_stale_and_corrupt_files(tmp_path: Path, tap_lib: str) -> None:
