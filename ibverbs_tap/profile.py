@@ -151,10 +151,6 @@ class ProcessProfile:
     def peer(self, address: str) -> Peer | None:
         return next((p for p in self.peers if p.address == address), None)
 
-    @property
-    def total_bytes(self) -> int:
-        return sum(p.total_bytes for p in self.peers)
-
     def since(self, earlier: ProcessProfile) -> ProcessProfile:
         """The traffic between ``earlier`` and this snapshot of the same process."""
         before = {p.key: p for p in earlier.peers}
@@ -339,7 +335,7 @@ def read_process(pid: int, directory: str | None = None) -> ProcessProfile:
     return profile
 
 
-def children_map() -> dict[int, list[int]]:
+def _children_map() -> dict[int, list[int]]:
     """ppid → child pids of every process visible in /proc."""
     kids: dict[int, list[int]] = {}
     for entry in os.scandir("/proc"):
@@ -356,7 +352,7 @@ def children_map() -> dict[int, list[int]]:
 
 def descendants(pid: int) -> list[int]:
     """``pid`` and all its live descendants, parents first."""
-    kids = children_map()
+    kids = _children_map()
     order, todo = [], [pid]
     while todo:
         p = todo.pop(0)

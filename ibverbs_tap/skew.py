@@ -5,7 +5,6 @@ hurts it more; the placement compares S_J with PACKLIMIT."""
 from __future__ import annotations
 
 import json
-import os
 import socket
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
@@ -120,8 +119,3 @@ def bytes_per_ps(profiles: Iterable[ProcessProfile], ps_addresses: Sequence[str]
                     totals[address] += peer.total_bytes
     return totals
 
-
-def ps_addresses_from_env() -> list[str] | None:
-    """PS addresses from this process's TF_CONFIG, if set."""
-    tf_config = os.environ.get("TF_CONFIG")
-    return ps_addresses_from_tf_config(tf_config) if tf_config else None

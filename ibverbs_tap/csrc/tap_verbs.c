@@ -222,35 +222,34 @@ static struct ibv_qp *tap_create_qp_ex(struct ibv_context *ctx, struct ibv_qp_in
     return qp;
 }
 
-/* Swaps the context's data-path ops for our wrappers (once per context). */
+/* Swaps the context's data-path ops for our wrappers, once per context: a context has a slot
+ * from here until ibv_close_device, so its ops are never captured twice (capturing our own
+ * wrappers as the originals would recurse). */
 static void wrap_context(struct ibv_context *ctx)
 {
     pthread_mutex_lock(&reg_lock);
     struct ctx_slot *s = find_ctx(ctx);
-    if (!s || ctx->ops.post_send != tap_post_send) {
-        if (!s)
-            for (int i = 0; i < MAX_CTX && !s; i++)
-                if (!atomic_load_explicit(&ctx_tab[i].ctx, memory_order_relaxed))
-                    s = &ctx_tab[i];
-        if (s) {
-            struct verbs_context *vctx = verbs_get_ctx_op(ctx, create_qp_ex);
-            s->post_send = ctx->ops.post_send;
-            s->post_recv = ctx->ops.post_recv;
-            s->post_srq_recv = ctx->ops.post_srq_recv;
-            s->poll_cq = ctx->ops.poll_cq;
-            s->create_qp_ex = vctx ? vctx->create_qp_ex : NULL;
-            atomic_store_explicit(&s->ctx, ctx, memory_order_release);
-            if (s->post_send)
-                ctx->ops.post_send = tap_post_send;
-            if (s->post_recv)
-                ctx->ops.post_recv = tap_post_recv;
-            if (s->post_srq_recv)
-                ctx->ops.post_srq_recv = tap_post_srq_recv;
-            if (s->poll_cq)
-                ctx->ops.poll_cq = tap_poll_cq;
-            if (vctx)
-                vctx->create_qp_ex = tap_create_qp_ex;
-        }
+    for (int i = 0; i < MAX_CTX && !s; i++) {
+        if (atomic_load_explicit(&ctx_tab[i].ctx, memory_order_relaxed))
+            continue;
+        s = &ctx_tab[i];
+        struct verbs_context *vctx = verbs_get_ctx_op(ctx, create_qp_ex);
+        s->post_send = ctx->ops.post_send;
+        s->post_recv = ctx->ops.post_recv;
+        s->post_srq_recv = ctx->ops.post_srq_recv;
+        s->poll_cq = ctx->ops.poll_cq;
+        s->create_qp_ex = vctx ? vctx->create_qp_ex : NULL;
+        atomic_store_explicit(&s->ctx, ctx, memory_order_release);
+        if (s->post_send)
+            ctx->ops.post_send = tap_post_send;
+        if (s->post_recv)
+            ctx->ops.post_recv = tap_post_recv;
+        if (s->post_srq_recv)
+            ctx->ops.post_srq_recv = tap_post_srq_recv;
+        if (s->poll_cq)
+            ctx->ops.poll_cq = tap_poll_cq;
+        if (vctx)
+            vctx->create_qp_ex = tap_create_qp_ex;
     }
     pthread_mutex_unlock(&reg_lock);
     tap_set_flag(TAP_F_VERBS_SEEN);
