@@ -111,6 +111,7 @@ def cmd_submit(client: Client, args: argparse.Namespace) -> int:
         gpus=args.gpus,
         cwd=os.getcwd(),
         name=args.name or Path(args.script).name,
+        duration=args.duration,
         env=dict(kv.split("=", 1) for kv in args.env),
     )
     _print(args, {"job_id": reply["job_id"]}, lambda d: d["job_id"])
@@ -267,7 +268,13 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--gpus", type=int, default=None, help="same as --workers")
     p.add_argument("--ps", type=int, default=0, help="parameter servers")
     p.add_argument("--horovod", action="store_true", help="run as Horovod ranks")
-    p.add_argument("--name", default=None)
+    p.add_argument("--name", default=None, help="job name (default: the script's)")
+    p.add_argument(
+        "--duration",
+        type=float,
+        default=None,
+        help="true run time in seconds, for the oracle baselines (srtf, srsf) only",
+    )
     p.add_argument(
         "--env",
         action="append",

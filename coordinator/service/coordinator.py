@@ -79,6 +79,7 @@ class Options:
     preempt_signal: str = "SIGTERM"
     checkpoint_root: Path | None = None
     metrics_port: int | None = None
+    metrics_addr: str = "127.0.0.1"
     curve_keys: Path | None = None
     manual_clock: bool = False
     port_base: int = 30000
@@ -141,7 +142,34 @@ class Coordinator:
         self._recover()
 
     # --- state --------------------------------------------------------------------------
+    def _core_options(self) -> None:
+        """Replay is exact only under the options the journal was written with: refuse a
+        restart that changes them."""
+        o = self.opts
+        mine = {
+            "policy": o.policy,
+            "placement": o.placement,
+            "thresholds": list(o.thresholds),
+            "promote_knob": None if o.promote_knob == float("inf") else o.promote_knob,
+            "interval": o.interval,
+            "packlimit": o.packlimit,
+            "gittins_history": str(o.gittins_history) if o.gittins_history else None,
+        }
+        stored = self.store.get_meta("core_options")
+        if stored is None:
+            with self.store.tx():
+                self.store.set_meta("core_options", mine)
+            return
+        for key, value in mine.items():
+            if stored.get(key) != value:
+                raise ValueError(
+                    f"state {o.state} was created with {key}={stored.get(key)!r} but this "
+                    f"start asks for {value!r}; restart with the same scheduler options or "
+                    f"use a new --state"
+                )
+
     def _recover(self) -> None:
+        self._core_options()
         snapshot, events = self.store.load()
         if snapshot is None:
             self.sched = build_scheduler(self.opts)
@@ -216,7 +244,7 @@ class Coordinator:
         self.sock.bind(self.opts.bind)
         self.address = self.sock.getsockopt_string(zmq.LAST_ENDPOINT)
         if self.opts.metrics_port is not None:
-            self.metrics.serve(self.opts.metrics_port)
+            self.metrics.serve(self.opts.metrics_port, self.opts.metrics_addr)
         log.info(
             "coordinator listening on %s (policy %s, state %s)",
             self.address,
@@ -863,7 +891,8 @@ def parser() -> argparse.ArgumentParser:
         "--gittins-history",
         type=Path,
         default=None,
-        help="seed file of job service times (GPU-s, one a line) for tiresias-g",
+        help="tiresias-g: CSV of past jobs' service (header 'duration', GPU-seconds) that "
+        "seeds the Gittins distribution",
     )
     ap.add_argument(
         "--heartbeat-timeout",
@@ -889,6 +918,11 @@ def parser() -> argparse.ArgumentParser:
         help="checkpoint root shared by all nodes (default STATE/checkpoints)",
     )
     ap.add_argument("--metrics-port", type=int, default=None, help="Prometheus HTTP port")
+    ap.add_argument(
+        "--metrics-addr",
+        default=Options.metrics_addr,
+        help="address the metrics port listens on (default %(default)s)",
+    )
     ap.add_argument(
         "--curve-keys",
         type=Path,
@@ -930,6 +964,7 @@ def options(args: argparse.Namespace) -> Options:
         preempt_signal=args.preempt_signal,
         checkpoint_root=args.checkpoint_root,
         metrics_port=args.metrics_port,
+        metrics_addr=args.metrics_addr,
         curve_keys=args.curve_keys,
         manual_clock=args.manual_clock,
         port_base=args.port_base,

@@ -117,3 +117,9 @@ def test_learned_packlimit_is_journaled_and_snapshotted() -> None:
     apply_event(sched, "packlimit", {"value": 0.3})
     assert sched.placement.packlimit == 0.3
     assert restore_scheduler(snapshot(sched), opts).placement.packlimit == 0.3
+
+
+def test_restart_with_other_scheduler_options_is_refused(tmp_path: Path) -> None:
+    Coordinator(Options(state=tmp_path, thresholds=[100.0])).store.close()
+    with pytest.raises(ValueError, match=r"created with thresholds=\[100.0\].*\[200.0\]"):
+        Coordinator(Options(state=tmp_path, thresholds=[200.0]))
