@@ -21,7 +21,7 @@ import sys
 import threading
 import time
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -137,7 +137,6 @@ class Part:
     chief_done: bool = False
     unprompted_checkpoint: bool = False
     reported: dict[str, Any] | None = None
-    stopped_procs: set[str] = field(default_factory=set)
 
     @property
     def alive(self) -> list[Proc]:

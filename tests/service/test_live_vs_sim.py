@@ -6,10 +6,10 @@ second away from any other it could swap with, and only the order is compared.""
 
 from __future__ import annotations
 
-import sqlite3
 import time
 
 from coordinator.core.model import JobSpec, Node
+from coordinator.service.store import Store
 from coordinator.sim.engine import simulate
 
 from .conftest import Cluster, wait_until
@@ -44,8 +44,9 @@ def test_live_order_equals_simulated(cluster: Cluster) -> None:
         40,
         "every job to complete",
     )
-    with sqlite3.connect(cluster.state / "coordinator.sqlite") as db:
-        live = [(k, j) for k, j in db.execute("SELECT kind, job_id FROM decisions ORDER BY n")]
+    audit = Store(cluster.state)  # WAL: readable while the coordinator runs
+    live = [(kind, job_id) for _, kind, job_id, _ in audit.decisions()]
+    audit.close()
     expected = simulated_order()
     assert expected == [
         ("start", "j1"),
