@@ -2,11 +2,12 @@
 preemptive) by a sort key; the scheduler merges the two orders to select jobs.
 
 Keys end with the job id, and every key breaks ties by arrival then job id, so orders are
-deterministic. A job whose key cannot change while it stays in its state ("static") lives in
-an incrementally sorted list (running jobs with a parallel list of GPU counts, so the
-scheduler can sum a run of them at C speed); jobs with time-dependent keys (the running ones
-of LAS/SRTF/Gandiva, Gittins queues) are sorted at each pass, which costs O(those jobs),
-never O(all jobs ever seen).
+deterministic. Waiting jobs' keys are fixed (their service does not change; a policy whose
+keys depend on something else re-files them when it changes) and live in an incrementally
+sorted list. Running jobs whose key stays fixed while they run (2D-LAS queues) live in another,
+with a parallel list of GPU counts so the scheduler can sum a run of them at C speed; running
+jobs with time-dependent keys (LAS, SRTF, Gandiva, Gittins queues) are sorted at each pass,
+which costs O(running jobs), never O(all jobs ever seen).
 """
 
 from __future__ import annotations
@@ -39,12 +40,11 @@ class Policy(ABC):
         """Reset the ordering structures for a (new) scheduler; called by the Scheduler."""
         self.config = config
         self._members: dict[str, Job] = {}
-        self._filed: dict[str, Key | None] = {}  # static key, or None when dynamic
-        self._waiting: list[Key] = []  # static keys of waiting jobs, sorted
-        self._running: list[Key] = []  # static keys of running jobs, sorted …
+        self._filed: dict[str, Key | None] = {}  # fixed key, or None when time-dependent
+        self._waiting: list[Key] = []  # keys of waiting jobs, sorted
+        self._running: list[Key] = []  # fixed keys of running jobs, sorted …
         self._running_gpus: list[int] = []  # … and their GPU counts, in the same order
-        self._waiting_dyn: dict[str, Job] = {}
-        self._running_dyn: dict[str, Job] = {}
+        self._running_dyn: dict[str, Job] = {}  # running jobs whose key changes with time
         self._version = 0  # bumped on every change: running_order's cache key
         self._cached: tuple[tuple[float, int], tuple[list[Key], list[int]]] | None = None
 
@@ -53,9 +53,9 @@ class Policy(ABC):
         """Priority key (smaller first), ending with the job id. Defined for every active job
         (shells may use it to rank jobs for display)."""
 
-    def is_static(self, job: Job) -> bool:
-        """Whether ``job``'s key stays fixed while its state does (default: waiting jobs)."""
-        return job.state is JobState.WAITING
+    def fixed_while_running(self, job: Job) -> bool:
+        """Whether running ``job``'s key stays the same as time passes."""
+        return False
 
     def validate(self, spec: JobSpec) -> None:
         if self.needs_duration and spec.duration is None:
@@ -69,8 +69,8 @@ class Policy(ABC):
             return
         job_id = job.job_id
         self._members[job_id] = job
-        if not self.is_static(job):
-            (self._running_dyn if running else self._waiting_dyn)[job_id] = job
+        if running and not self.fixed_while_running(job):
+            self._running_dyn[job_id] = job
             self._filed[job_id] = None
             return
         k = self.key(job, now)
@@ -89,8 +89,7 @@ class Policy(ABC):
             return
         k = self._filed.pop(job_id)
         if k is None:
-            if self._running_dyn.pop(job_id, None) is None:
-                del self._waiting_dyn[job_id]
+            del self._running_dyn[job_id]
             return
         i = bisect.bisect_left(self._running, k)
         if i < len(self._running) and self._running[i] == k:
@@ -117,12 +116,10 @@ class Policy(ABC):
         cannot matter)."""
         return (self.key(j, now) for j in self._running_dyn.values())
 
-    def waiting_order(self, now: float) -> Iterable[Key]:
-        """Keys of the waiting jobs, highest priority first."""
-        if not self._waiting_dyn:
-            return self._waiting
-        dyn = sorted(self.key(j, now) for j in self._waiting_dyn.values())
-        return heapq.merge(self._waiting, dyn)
+    def waiting_order(self) -> list[Key]:
+        """Keys of the waiting jobs, highest priority first (the policy's own list: read it,
+        never modify it)."""
+        return self._waiting
 
     def finished(self, job: Job) -> None:  # noqa: B027 (optional hook)
         """A job left the system (completed, failed or cancelled): learn from it."""
@@ -219,7 +216,7 @@ class TiresiasL(_Queued):
 
     name = "tiresias-l"
 
-    def is_static(self, job: Job) -> bool:
+    def fixed_while_running(self, job: Job) -> bool:
         return True
 
     def key(self, job: Job, now: float) -> Key:
@@ -246,14 +243,12 @@ class TiresiasG(_Queued):
         super().bind(config)
         self._indexed_version = self.distribution.version
 
-    def is_static(self, job: Job) -> bool:
-        """A waiting job's service is fixed, so its index is too until the distribution
-        changes (then ``refresh`` re-files them all)."""
-        return job.state is JobState.WAITING or job.queue == self.config.queues - 1
+    def fixed_while_running(self, job: Job) -> bool:
+        return job.queue == self.config.queues - 1
 
     def refresh(self, now: float) -> None:
         super().refresh(now)
-        if self._indexed_version != self.distribution.version:
+        if self._indexed_version != self.distribution.version:  # waiting keys are stale
             self._indexed_version = self.distribution.version
             last = self.config.queues - 1
             for job in [j for j in self._members.values()

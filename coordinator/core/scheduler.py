@@ -297,7 +297,7 @@ class Scheduler:
                         drop.append(t)
             j = i
 
-        for wk in policy.waiting_order(now):
+        for wk in policy.waiting_order():
             running_until(bisect.bisect_left(rkeys, wk, j))
             job = policy.job(wk)
             if job.gpus <= budget:
@@ -320,7 +320,7 @@ class Scheduler:
         decisions: list[Decision] = []
         if not self._waiting:
             return decisions
-        for wk in list(self.policy.waiting_order(now)):
+        for wk in list(self.policy.waiting_order()):
             if self._free_total < min(self._waiting):
                 break
             start = self._try_start(self.policy.job(wk), now)
