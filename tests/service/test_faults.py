@@ -60,7 +60,7 @@ def test_coordinator_kill9_and_restart_loses_nothing(cluster: Cluster) -> None:
 
 
 def test_agent_death_resumes_job_elsewhere_from_checkpoint(cluster: Cluster) -> None:
-    cluster.start_coordinator("--heartbeat-timeout", "1.5", "--grace", "3")
+    cluster.start_coordinator("--heartbeat-timeout", "2.5", "--grace", "3")
     cluster.start_agent("a", gpus=1)
     cluster.start_agent("b", gpus=1)
     cluster.wait_nodes("a", "b")
