@@ -20,7 +20,12 @@ SOCKET_MAX_BYTES = 4 * MAX_MESSAGE_BYTES
 
 
 class ProtocolError(ValueError):
-    """A message that is not valid; the text says what is wrong with it."""
+    """A message that is not valid; the text says what is wrong with it. ``code`` is a
+    machine-readable hint for the peer (``register``: register this connection first)."""
+
+    def __init__(self, text: str, code: str | None = None) -> None:
+        super().__init__(text)
+        self.code = code
 
 
 # A field spec: (accepted python types, required). ``None`` in the types means nil is fine.
@@ -217,6 +222,12 @@ def _check_nested(t: str, msg: dict[str, Any]) -> None:
             raise ProtocolError(f"submit: 'ps' must be >= 0, got {msg['ps']}")
         if msg.get("gpus") is not None and msg["gpus"] < 1:
             raise ProtocolError(f"submit: 'gpus' must be >= 1, got {msg['gpus']}")
+        duration = msg.get("duration")
+        if duration is not None and not 0 < duration < float("inf"):
+            raise ProtocolError(f"submit: 'duration' must be a positive number, got {duration}")
+        skew = msg.get("skew")
+        if skew is not None and not 0.0 <= skew <= 1.0:
+            raise ProtocolError(f"submit: 'skew' must be in [0, 1], got {skew}")
     elif t == "register":
         _check_items("register: 'gpus'", msg["gpus"], GPU_ITEM)
         _check_items("register: 'running'", msg["running"], RUNNING_ITEM)

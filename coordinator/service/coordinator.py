@@ -372,7 +372,6 @@ class Coordinator:
             "allocation": d.allocation.to_wire(),
         }
         rec["nodes_ever"] = sorted({*rec.get("nodes_ever", []), *by_node})
-        rec["starts"] = rec.get("starts", 0) + 1
         self._save(d.job_id)
         self.metrics.starts.inc()
         for node, procs in by_node.items():
@@ -414,7 +413,7 @@ class Coordinator:
         for node, outcome in run["parts"].items():
             if outcome is None:
                 self._outbox.append((node, protocol.encode(kind, **fields)))
-        if not self.store._in_tx:
+        if not self.store.in_transaction:
             outbox, self._outbox = self._outbox, []
             for node, frame in outbox:
                 self._to_node(node, frame)
@@ -545,7 +544,7 @@ class Coordinator:
             self._refuse(rid, msg.get("id"), f"{t}: {e}")
             return
         except protocol.ProtocolError as e:
-            self._refuse(rid, msg.get("id"), str(e), **getattr(e, "extra", {}))
+            self._refuse(rid, msg.get("id"), str(e), **({"code": e.code} if e.code else {}))
             return
         if reply is not None:
             self.sock.send_multipart([rid, protocol.ok(msg.get("id"), **reply)])
@@ -564,11 +563,10 @@ class Coordinator:
     def _agent(self, rid: bytes, t: str, node: str) -> None:
         """Refuse agent messages from a connection that has not registered as ``node``."""
         if self.nodes_by_route.get(rid) != node:
-            e = protocol.ProtocolError(
-                f"{t}: node {node!r} is not registered on this connection; register first"
+            raise protocol.ProtocolError(
+                f"{t}: node {node!r} is not registered on this connection; register first",
+                code=REGISTER,
             )
-            e.extra = {"code": REGISTER}  # type: ignore[attr-defined]
-            raise e
 
     # client requests
     def _on_submit(self, rid: bytes, msg: dict[str, Any]) -> dict[str, Any]:

@@ -77,6 +77,10 @@ class Store:
         finally:
             self._in_tx = False
 
+    @property
+    def in_transaction(self) -> bool:
+        return self._in_tx
+
     # --- core journal -----------------------------------------------------------------
     def append(self, kind: str, args: dict[str, Any]) -> None:
         self.seq += 1
