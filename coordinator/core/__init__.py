@@ -12,9 +12,10 @@ Decisions taken here (each also documented where it is implemented):
   δ_J ≥ PROMOTEKNOB × t_J it goes to queue 0 with t_J = 0 and δ_J restarted.
 - Gittins: index exactly as written, Δ = the job's queue threshold; the authors' variant is
   ``make_policy("tiresias-g", variant="authors")`` (Figure 7: 28/3 vs 30/3, both pinned).
-- ``las``: exact crossing wakeups; equal service goes to the earlier (arrival, id), the
-  other job overtakes ``quantum`` seconds later. ``gandiva``: turns of ``quantum`` seconds
-  while jobs wait, least recently served first.
+- ``las``: without an interval, exact crossing wakeups and a ``quantum`` lead for running
+  jobs (turns of at least ``quantum``); with an interval, plain attained-service order at
+  ticks (Figure 7). ``gandiva``: turns of ``quantum`` seconds while jobs wait, least
+  recently served first.
 - Placement ``skew``: a job of unknown skew is consolidated (never slower for the job).
 """
 

@@ -283,38 +283,41 @@ class TiresiasG(_Queued):
 
 
 class Las(Policy):
-    """Continuous 2D-LAS: least attained GPU service first, preemptive, with exact wakeups at
-    the moment a running job's service passes a waiting job's.
+    """Continuous 2D-LAS: least attained GPU service first, preemptive.
 
-    A running job keeps a lead of ``quantum`` seconds of its own service: its key is its
-    attained service minus W_J × quantum. Without that hysteresis, jobs of equal service
-    would swap at every rounding step (processor sharing has no all-or-nothing analogue);
-    with it, every turn lasts at least ``quantum``. Ties go to the earlier (arrival, id).
-    ``crossings=False`` re-evaluates only at events and ``SchedulerConfig.interval`` ticks;
-    with ``quantum=0`` that is the paper's Figure 7 model ("priorities re-evaluated every
-    time unit")."""
+    Event-driven (``SchedulerConfig.interval`` = 0): exact wakeups at the moment a running
+    job's service passes a waiting job's, and a running job keeps a lead of ``quantum``
+    seconds of its own service (its key is its attained service minus W_J × quantum).
+    Without that hysteresis, jobs of equal service would swap at every rounding step
+    (processor sharing has no all-or-nothing analogue); with it, every turn lasts at least
+    ``quantum``. With an interval, priorities are re-evaluated at events and every interval
+    only, by attained service alone: the paper's Figure 7 model ("priorities re-evaluated
+    every time unit"), where the interval itself bounds the turns. Ties go to the earlier
+    (arrival, id)."""
 
     name = "las"
 
-    def __init__(self, quantum: float = 60.0, *, crossings: bool = True) -> None:
-        if not (quantum > 0 or (quantum == 0 and not crossings)):
-            raise CoreError(f"las quantum must be > 0 (0 only with crossings=False), "
-                            f"got {quantum}")
+    def __init__(self, quantum: float = 60.0) -> None:
+        if not quantum > 0:
+            raise CoreError(f"las quantum must be > 0, got {quantum}")
         self.quantum = quantum
-        self.crossings = crossings
+
+    def bind(self, config: SchedulerConfig) -> None:
+        super().bind(config)
+        self._lead = 0.0 if config.interval > 0 else self.quantum
 
     def key(self, job: Job, now: float) -> Key:
         s = job.spec
         if job.last_start is None:
             return (s.gpus * job.executed, s.arrival, s.job_id)
-        return (s.gpus * (job.executed + (now - job.last_start) - self.quantum),
+        return (s.gpus * (job.executed + (now - job.last_start) - self._lead),
                 s.arrival, s.job_id)
 
     def next_wakeup(self, now: float) -> float | None:
         """For each running job, the time its key passes the next waiting key (the smallest
         waiting service above it comes first)."""
         waiting = self._waiting
-        if not (self.crossings and waiting):
+        if not (self._lead and waiting):
             return None
         best = math.inf
         keys, gpus = self.running_order(now)
@@ -325,7 +328,7 @@ class Las(Policy):
             a_w, arr_w, id_w = waiting[i]
             r = self._members[rk[-1]]
             assert r.last_start is not None
-            t = r.last_start + (a_w / g + self.quantum - r.executed)  # from fixed fields
+            t = r.last_start + (a_w / g + self._lead - r.executed)  # from fixed fields
             if (arr_w, id_w) > rk[1:] or t <= now:
                 # the waiting job needs a strict lead, or rounding left the crossing behind:
                 # a few ulps later the keys compare as they should
@@ -423,9 +426,8 @@ POLICY_NAMES: tuple[str, ...] = tuple(_POLICIES)
 
 
 def make_policy(name: str, **params: Any) -> Policy:
-    """Policy by name. Parameters: tiresias-g (distribution, learn, variant), las (quantum,
-    crossings), gandiva (quantum); the others take none (queues and PROMOTEKNOB live in
-    SchedulerConfig)."""
+    """Policy by name. Parameters: tiresias-g (distribution, learn, variant), las and gandiva
+    (quantum); the others take none (queues and PROMOTEKNOB live in SchedulerConfig)."""
     cls = _POLICIES.get(name)
     if cls is None:
         raise CoreError(f"unknown policy {name!r}; valid: {', '.join(POLICY_NAMES)}")

@@ -296,6 +296,16 @@ def test_las_crossings_are_exact() -> None:
         make_policy("las", quantum=0)
 
 
+def test_las_with_interval_reevaluates_at_ticks_only() -> None:
+    s = sched("las", gpus=(1,), interval=2.0)
+    s.submit(spec("a", 1), 0)
+    settle(s, 0)
+    s.submit(spec("b", 1, arrival=0.5), 0.5)
+    assert preempted(settle(s, 0.5)) == ["a"]  # events still re-evaluate: 0.5 > 0 GPU-s
+    assert s.next_wakeup(0.5) == 2.0  # b passes a at 1.0, but only ticks wake the policy
+    assert started(settle(s, 2.0)) == ["a"]
+
+
 # ---- placement ----------------------------------------------------------------------------
 
 def place(placement: str, free: dict[str, int], gpus: int, skew: float | None = None,
