@@ -292,19 +292,22 @@ class Las(Policy):
     (processor sharing has no all-or-nothing analogue); with it, every turn lasts at least
     ``quantum``. With an interval, priorities are re-evaluated at events and every interval
     only, by attained service alone: the paper's Figure 7 model ("priorities re-evaluated
-    every time unit"), where the interval itself bounds the turns. Ties go to the earlier
-    (arrival, id)."""
+    every time unit"), where the interval itself bounds the turns. ``crossings`` forces one
+    mode or the other (None: event-driven exactly when there is no interval). Ties go to the
+    earlier (arrival, id)."""
 
     name = "las"
 
-    def __init__(self, quantum: float = 60.0) -> None:
+    def __init__(self, quantum: float = 60.0, *, crossings: bool | None = None) -> None:
         if not quantum > 0:
             raise CoreError(f"las quantum must be > 0, got {quantum}")
         self.quantum = quantum
+        self.crossings = crossings
 
     def bind(self, config: SchedulerConfig) -> None:
         super().bind(config)
-        self._lead = 0.0 if config.interval > 0 else self.quantum
+        exact = config.interval == 0 if self.crossings is None else self.crossings
+        self._lead = self.quantum if exact else 0.0
 
     def key(self, job: Job, now: float) -> Key:
         s = job.spec
@@ -426,8 +429,9 @@ POLICY_NAMES: tuple[str, ...] = tuple(_POLICIES)
 
 
 def make_policy(name: str, **params: Any) -> Policy:
-    """Policy by name. Parameters: tiresias-g (distribution, learn, variant), las and gandiva
-    (quantum); the others take none (queues and PROMOTEKNOB live in SchedulerConfig)."""
+    """Policy by name. Parameters: tiresias-g (distribution, learn, variant), las (quantum,
+    crossings), gandiva (quantum); the others take none (queues and PROMOTEKNOB live in
+    SchedulerConfig)."""
     cls = _POLICIES.get(name)
     if cls is None:
         raise CoreError(f"unknown policy {name!r}; valid: {', '.join(POLICY_NAMES)}")

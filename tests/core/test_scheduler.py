@@ -304,6 +304,15 @@ def test_las_with_interval_reevaluates_at_ticks_only() -> None:
     assert preempted(settle(s, 0.5)) == ["a"]  # events still re-evaluate: 0.5 > 0 GPU-s
     assert s.next_wakeup(0.5) == 2.0  # b passes a at 1.0, but only ticks wake the policy
     assert started(settle(s, 2.0)) == ["a"]
+    forced = Scheduler([Node("n", (0,))], make_policy("las", quantum=3.0, crossings=True),
+                       config=SchedulerConfig(interval=2.0))
+    forced.submit(spec("a", 1), 0)
+    settle(forced, 0)
+    forced.submit(spec("b", 1, arrival=0.5), 0.5)
+    assert settle(forced, 0.5) == []  # a is within its 3 s lead
+    assert forced.next_wakeup(0.5) == 2.0  # the tick comes before the crossing at 3.0
+    t = forced.next_wakeup(2.5)  # a must lead strictly (b lost the tie): just after 3.0
+    assert t is not None and 3.0 < t < 3.0 + 1e-9
 
 
 # ---- placement ----------------------------------------------------------------------------
