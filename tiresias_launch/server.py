@@ -44,6 +44,7 @@ def main() -> int:
 
     cluster = tf.train.ClusterSpec(config["cluster"])
     tf.distribute.Server(cluster, job_name=rt.env.role, task_index=rt.env.task_index, start=True)
+    rt.install_signal_handlers()  # in case the server's start-up took SIGTERM over
     chief = cluster.task_address("chief", 0)
     seen_chief = False
     while True:

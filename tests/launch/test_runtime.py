@@ -7,6 +7,7 @@ import signal
 from pathlib import Path
 
 import msgpack
+import pytest
 import zmq
 
 from tiresias_launch.env import parse
@@ -134,3 +135,19 @@ def test_pass_through_has_no_reporter_thread(tmp_path: Path) -> None:
     reporter.step_done(1, 0.1)
     assert not reporter.enabled
     reporter.close()
+
+
+def test_facade_report_checks_fields_and_notes_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import tiresias
+
+    class FakeRuntime:
+        reporter = Reporter(parse({"TIRESIAS_CHECKPOINT_DIR": str(tmp_path)}))
+
+    monkeypatch.setattr(tiresias, "get_runtime", lambda: FakeRuntime)
+    with pytest.raises(ValueError, match=r"unknown fields \['loss'\]"):
+        tiresias.report(loss=1.0)
+    tiresias.report(skew=0.25)
+    message = FakeRuntime.reporter.message()
+    assert message is not None and message["skew"] == 0.25

@@ -4,6 +4,7 @@ save-and-exit path, restore, and falling back past a damaged checkpoint."""
 from __future__ import annotations
 
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -12,9 +13,6 @@ from tiresias_launch.env import parse
 from tiresias_launch.runtime import Runtime
 
 pytestmark = pytest.mark.tf
-tf = pytest.importorskip("tensorflow")
-keras = pytest.importorskip("keras")
-tiresias_tf = pytest.importorskip("tiresias_launch.tensorflow")
 
 
 class Exited(Exception):
@@ -22,8 +20,18 @@ class Exited(Exception):
         self.code = code
 
 
+@pytest.fixture(scope="module")
+def tfm() -> SimpleNamespace:
+    """TensorFlow modules, imported by the first test, not at collection (`-m "not tf"`)."""
+    return SimpleNamespace(
+        tf=pytest.importorskip("tensorflow"),
+        keras=pytest.importorskip("keras"),
+        launch=pytest.importorskip("tiresias_launch.tensorflow"),
+    )
+
+
 @pytest.fixture
-def runtime(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Runtime:
+def runtime(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, tfm: SimpleNamespace) -> Runtime:
     """A runtime for this test only: no signal handlers in pytest, exit raises instead."""
     monkeypatch.setattr(Runtime, "install_signal_handlers", lambda self: None)
     rt = Runtime(parse({"TIRESIAS_CHECKPOINT_DIR": str(tmp_path), "TIRESIAS_JOB_ID": "t"}))
@@ -32,13 +40,14 @@ def runtime(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Runtime:
         raise Exited(code)
 
     monkeypatch.setattr(rt, "exit", exit_)
-    monkeypatch.setattr(tiresias_tf, "get_runtime", lambda: rt)
-    monkeypatch.setattr(tiresias_tf.State, "_current", None)
+    monkeypatch.setattr(tfm.launch, "get_runtime", lambda: rt)
+    monkeypatch.setattr(tfm.launch.State, "_current", None)
     return rt
 
 
-def _trainer():
+def _trainer(tfm: SimpleNamespace):
     """A named model (fresh Keras auto-names would differ within one process) + its step."""
+    tf, keras = tfm.tf, tfm.keras
     model = keras.Sequential(
         [keras.Input((4,), name="x"), keras.layers.Dense(2, name="d")], name="net"
     )
@@ -55,10 +64,12 @@ def _trainer():
     return model, optimizer, step
 
 
-def test_preemptible_counts_each_call_once_then_saves_and_exits(runtime: Runtime) -> None:
-    model, optimizer, raw_step = _trainer()
-    state = tiresias_tf.State(model=model, optimizer=optimizer)
-    train_step = tiresias_tf.preemptible(raw_step)
+def test_preemptible_counts_each_call_once_then_saves_and_exits(
+    runtime: Runtime, tfm: SimpleNamespace
+) -> None:
+    model, optimizer, raw_step = _trainer(tfm)
+    state = tfm.launch.State(model=model, optimizer=optimizer)
+    train_step = tfm.launch.preemptible(raw_step)
     for _ in state.steps(3):  # decorator inside steps(): still one step per iteration
         train_step()
     assert state.step == 3
@@ -72,17 +83,19 @@ def test_preemptible_counts_each_call_once_then_saves_and_exits(runtime: Runtime
     assert int(optimizer.iterations.numpy()) == 5  # the call that saw the flag did not run
 
     runtime.flag.received = None
-    model2, optimizer2, _ = _trainer()
-    resumed = tiresias_tf.State(model=model2, optimizer=optimizer2)
+    model2, optimizer2, _ = _trainer(tfm)
+    resumed = tfm.launch.State(model=model2, optimizer=optimizer2)
     assert resumed.step == 5
     for a, b in zip(model.get_weights(), model2.get_weights(), strict=True):
         assert (a == b).all()
     assert int(optimizer2.iterations.numpy()) == 5
 
 
-def test_damaged_newest_checkpoint_falls_back_to_previous(runtime: Runtime) -> None:
-    model, optimizer, train_step = _trainer()
-    state = tiresias_tf.State(model=model, optimizer=optimizer)
+def test_damaged_newest_checkpoint_falls_back_to_previous(
+    runtime: Runtime, tfm: SimpleNamespace
+) -> None:
+    model, optimizer, train_step = _trainer(tfm)
+    state = tfm.launch.State(model=model, optimizer=optimizer)
     for _ in state.steps(2):
         train_step()
     state.save()
@@ -96,8 +109,8 @@ def test_damaged_newest_checkpoint_falls_back_to_previous(runtime: Runtime) -> N
     raw[: len(raw) // 2] = bytes(len(raw) // 2)  # bit rot in the tensor bytes
     data.write_bytes(bytes(raw))
 
-    model2, optimizer2, _ = _trainer()
-    resumed = tiresias_tf.State(model=model2, optimizer=optimizer2)
+    model2, optimizer2, _ = _trainer(tfm)
+    resumed = tfm.launch.State(model=model2, optimizer=optimizer2)
     assert resumed.step == 2
     for a, b in zip(at_two, model2.get_weights(), strict=True):
         assert (a == b).all()
