@@ -37,7 +37,13 @@ def main(argv: list[str] | None = None) -> int:
     if rt.env.mode == "horovod":
         from tiresias_launch import gloo
 
-        gloo.prepare()
+        try:
+            gloo.prepare()
+        except ImportError as e:
+            print(
+                f"tiresias_launch.exec: horovod mode needs Horovod with Gloo: {e}", file=sys.stderr
+            )
+            return 2
     keras.install()
     sys.path[0] = os.path.dirname(os.path.abspath(script))
     code = 0

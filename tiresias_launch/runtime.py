@@ -8,6 +8,7 @@ once, :meth:`Runtime.step_done` after every iteration, and :meth:`Runtime.stop` 
 
 from __future__ import annotations
 
+import atexit
 import math
 import os
 import sys
@@ -86,6 +87,7 @@ class Runtime:
             self.env.checkpoint_dir, self.env.job_id, keep=self.env.keep_checkpoints
         )
         self.reporter = Reporter(self.env)
+        atexit.register(self.reporter.close)  # last report of scripts not run through exec
         self.started = process_start_time()
         self.restored_step: int | None = None
         self.agreement: Agreement | None = None

@@ -10,6 +10,7 @@ import msgpack
 import pytest
 import zmq
 
+from coordinator.protocol import validate
 from tiresias_launch.env import parse
 from tiresias_launch.report import Reporter
 from tiresias_launch.runtime import MAX_AGREEMENT_INTERVAL, Agreement
@@ -99,6 +100,7 @@ def test_reports_are_batched_and_follow_the_contract(tmp_path: Path) -> None:
         msg = msgpack.unpackb(payload)
     finally:
         router.close(linger=0)
+    assert validate(msg) == msg  # the coordinator's own schema accepts it
     assert msg["type"] == "report" and msg["v"] == 1
     assert (msg["job_id"], msg["role"], msg["task_index"], msg["restart"]) == ("j9", "worker", 1, 2)
     assert (msg["step"], msg["iterations"], msg["iter_time"]) == (4, 4, 0.25)
