@@ -141,8 +141,9 @@ class CheckpointStore:
             os.fsync(fh.fileno())
         _fsync_path(tmp)
         final = self.root / f"{PREFIX}{step:012d}"
-        if final.exists():  # same step saved again (preempted before any new step): replace
-            shutil.rmtree(final)
+        if final.exists():  # this step is already durable; never swap out a complete one
+            shutil.rmtree(tmp)
+            return Checkpoint(final, manifest)
         os.rename(tmp, final)
         _fsync_path(self.root)
         self._prune()

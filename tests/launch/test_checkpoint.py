@@ -123,3 +123,12 @@ def test_sigkill_during_write_keeps_previous_checkpoint(tmp_path: Path) -> None:
     ckpt = store.restore(["v [1] float32"], lambda c: None)
     assert ckpt is not None and ckpt.manifest.step == 1
     assert json.loads((ckpt.path / "MANIFEST.json").read_text())["files"] == {"data.bin": 64}
+
+
+def test_saving_a_durable_step_again_keeps_the_first(tmp_path: Path) -> None:
+    store = CheckpointStore(tmp_path, "j1")
+    store.save(4, MODEL, _writer(b"first"))
+    store.save(4, MODEL, _writer(b"second"))
+    [ckpt] = store.complete()
+    assert (ckpt.path / "data.bin").read_bytes() == b"first"
+    assert not list(tmp_path.glob(".tmp-*"))
