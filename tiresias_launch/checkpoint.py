@@ -143,7 +143,7 @@ class CheckpointStore:
         final = self.root / f"{PREFIX}{step:012d}"
         if final.exists():  # this step is already durable; never swap out a complete one
             shutil.rmtree(tmp)
-            return Checkpoint(final, manifest)
+            return Checkpoint(final, Manifest(**json.loads((final / MANIFEST).read_text())))
         os.rename(tmp, final)
         _fsync_path(self.root)
         self._prune()
