@@ -75,25 +75,30 @@ class ServiceDistribution:
         sample s). 0.0 when no sample exceeds ``a`` (the job outlived all history)."""
         if variant not in GITTINS_VARIANTS:
             raise CoreError(f"unknown Gittins variant {variant!r}; valid: {GITTINS_VARIANTS}")
+        authors = variant == "authors"
+        if delta is not None:
+            return self.index(a, delta, authors)
         s, n = self._sorted, len(self._sorted)
         i = bisect.bisect_right(s, a)
-        if i == n:
-            return 0.0
-        if delta is not None:
-            return self._ratio(a, i, bisect.bisect_right(s, a + delta), delta, variant)
         best, j = 0.0, i
         while j < n:
             j = bisect.bisect_right(s, s[j], j)
-            best = max(best, self._ratio(a, i, j, s[j - 1] - a, variant))
+            best = max(best, self._ratio(a, i, j, s[j - 1] - a, authors))
         return best
 
-    def _ratio(self, a: float, i: int, j: int, delta: float, variant: str) -> float:
+    def index(self, a: float, delta: float, authors: bool) -> float:
+        """``gittins_index`` at a fixed Δ without argument checks: the per-pass fast path."""
+        s = self._sorted
+        i = bisect.bisect_right(s, a)
+        return self._ratio(a, i, bisect.bisect_right(s, a + delta, i), delta, authors)
+
+    def _ratio(self, a: float, i: int, j: int, delta: float, authors: bool) -> float:
         """Samples s[i:] exceed a; s[i:j] finish within Δ. The 1/m of P and E cancel."""
         done = j - i
         if done == 0:
             return 0.0
         within = self._prefix[j] - self._prefix[i]
-        if variant == "as-written":
+        if not authors:
             within -= done * a
         return done / (within + (len(self._sorted) - j) * delta)
 

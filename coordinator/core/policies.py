@@ -238,6 +238,7 @@ class TiresiasG(_Queued):
         self.distribution = distribution if distribution is not None else ServiceDistribution()
         self.learn = learn
         self.variant = variant
+        self._authors = variant == "authors"
 
     def bind(self, config: SchedulerConfig) -> None:
         super().bind(config)
@@ -256,11 +257,14 @@ class TiresiasG(_Queued):
                 self.changed(job, now)
 
     def key(self, job: Job, now: float) -> Key:
-        if job.queue == self.config.queues - 1:
-            return (job.queue, 0.0, *_fifo_by_start(job))
-        g = self.distribution.gittins_index(
-            job.attained(now), self.config.queue_thresholds[job.queue], self.variant)
-        return (job.queue, -g, *_fifo_by_start(job))
+        q = job.queue
+        if q == self.config.queues - 1:
+            return (q, 0.0, *_fifo_by_start(job))
+        # attained service, spelled out: this runs for every running job at every pass
+        a = job.spec.gpus * (job.executed if job.last_start is None
+                             else job.executed + (now - job.last_start))
+        g = self.distribution.index(a, self.config.queue_thresholds[q], self._authors)
+        return (q, -g, *_fifo_by_start(job))
 
     def _running_keys(self, now: float) -> Iterable[Key]:
         """Running jobs in queues above every waiting job all keep their GPUs whatever their

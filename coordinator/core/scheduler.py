@@ -30,6 +30,11 @@ Semantics:
   then job id). No wall clock, no randomness, no I/O.
 - A pass costs O(jobs it looks at until the cluster is full), not O(all jobs ever seen):
   finished jobs leave the active structures.
+- Details pinned by tests/core: ``cancel`` also answers [Kill] for a PREEMPTING job (the
+  shell may escalate) and [] for a finished one; ``node_down`` stops the service of the jobs
+  it returns (PREEMPTING) and forgets the node's GPUs, while their GPUs on other nodes stay
+  taken until ``exited(…, LOST)``; ``exited`` for a job that holds no GPUs, an unknown job,
+  time going backwards, or ``node_up`` of a node already up raise CoreError.
 """
 
 from __future__ import annotations
@@ -390,14 +395,20 @@ class Scheduler:
             "done": len(self._done),
             "running": list(self._running),  # start order: the order of Preempt decisions
             "policy": {"name": self.policy.name, "state": self.policy.export_state()},
+            "placement": self.placement.name,
         }
 
     @classmethod
     def from_state(cls, state: dict[str, Any], policy: Policy | None = None,
                    placement: Placement | None = None) -> Scheduler:
+        """The scheduler ``state`` was exported from. ``policy``/``placement`` default to
+        fresh ones of the exported names (pass them to keep parameters such as quantum or
+        PACKLIMIT); the policy's learned state is restored when its name matches."""
         if state.get("version") != _STATE_VERSION:
             raise CoreError(f"unsupported scheduler state version {state.get('version')}")
-        sched = cls((), policy, placement, SchedulerConfig.from_dict(state["config"]))
+        sched = cls((), policy or make_policy(state["policy"]["name"]),
+                    placement or make_placement(state["placement"]),
+                    SchedulerConfig.from_dict(state["config"]))
         if state["policy"]["name"] == sched.policy.name:  # else: a new policy learns afresh
             sched.policy.load_state(state["policy"]["state"])
         jobs = [_job_from_dict(d) for d in state["jobs"]]

@@ -381,3 +381,14 @@ def test_state_round_trip_mid_run() -> None:
     for t in (5.0, 12.0, 30.0, 60.0):
         assert settle(r, t) == settle(s, t)
     assert r.export_state() == s.export_state()
+
+
+def test_restore_defaults_to_the_exported_plug_ins() -> None:
+    s = Scheduler([Node("n", (0, 1))], make_policy("srsf"), make_placement("spread"))
+    s.submit(spec("a", 1), 0)
+    settle(s, 0)
+    r = Scheduler.from_state(json.loads(json.dumps(s.export_state())))
+    assert (r.policy.name, r.placement.name) == ("srsf", "spread")
+    assert r.export_state() == s.export_state()
+    with pytest.raises(CoreError, match="version"):
+        Scheduler.from_state({"version": 0})
