@@ -19,6 +19,7 @@ from coordinator.core import (
     Preempt,
     Scheduler,
     SchedulerConfig,
+    ServiceDistribution,
     Start,
     make_placement,
     make_policy,
@@ -392,3 +393,38 @@ def test_restore_defaults_to_the_exported_plug_ins() -> None:
     assert r.export_state() == s.export_state()
     with pytest.raises(CoreError, match="version"):
         Scheduler.from_state({"version": 0})
+
+
+def test_gittins_policy_learns_and_refiles_waiting_jobs() -> None:
+    dist = ServiceDistribution(rebuild_fraction=0.0)  # merge every completion at once
+    s = Scheduler([Node("n", (0,))], make_policy("tiresias-g", distribution=dist),
+                  config=SchedulerConfig(queue_thresholds=(100.0,)))
+    for j in "abc":
+        s.submit(spec(j, 1), 0)
+    assert started(settle(s, 0)) == ["a"]
+    assert [k[1] for k in s.policy.waiting_order()] == [0.0, 0.0]  # no history: index 0
+    s.exited("a", 10, ExitOutcome.COMPLETED)
+    assert dist.samples == [10.0]
+    assert started(settle(s, 10)) == ["b"]
+    assert [k[1] for k in s.policy.waiting_order()] == [-0.1]  # G(0, 100) = 1/10 now
+    with pytest.raises(CoreError, match="variant"):
+        make_policy("tiresias-g", variant="paper")
+
+
+def test_pass_looks_only_at_jobs_that_can_matter() -> None:
+    """Finished jobs and waiting jobs behind a full cluster cost nothing in a pass."""
+    s = sched(gpus=(8,))
+    for i in range(200):  # history
+        s.submit(spec(f"old{i}", 8, arrival=i), i)
+        settle(s, i)
+        s.exited(f"old{i}", i + 0.5, ExitOutcome.COMPLETED)
+    for i in range(8):
+        s.submit(spec(f"run{i}", 1, arrival=300), 300)
+    settle(s, 300)
+    for i in range(300):
+        s.submit(spec(f"wait{i}", 1 + i % 3, arrival=301), 301)
+    looked: list[str] = []
+    job_of = s.policy.job
+    s.policy.job = lambda key: looked.append(key[-1]) or job_of(key)  # type: ignore[method-assign]
+    assert s.schedule(302) == []
+    assert looked == ["wait0"]  # the best waiting job does not fit: nothing else can
