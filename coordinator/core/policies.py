@@ -226,8 +226,12 @@ class TiresiasL(_Queued):
 class TiresiasG(_Queued):
     """Discretized 2D-Gittins: queues 1..K-1 ordered by the Gittins index of the attained
     service with Δ = the queue's upper threshold (higher first), the last queue FIFO by first
-    start like 2D-LAS. The distribution learns the service of every completed job when
-    ``learn``. ``variant``: "as-written" (default) or "authors" (see coordinator.core.gittins)."""
+    start like 2D-LAS. The distribution learns the total GPU service of every completed job
+    when ``learn``. ``variant``: "as-written" (default) or "authors" (see
+    coordinator.core.gittins). Orders are re-evaluated at events, demotions, promotions and
+    interval ticks; a running job whose index drops below a waiting one's between those waits
+    for the next (the index is not monotone, so there is no cheap exact crossing time; set
+    ``SchedulerConfig.interval`` to bound the delay)."""
 
     name = "tiresias-g"
 
