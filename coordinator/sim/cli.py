@@ -91,10 +91,10 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="tiresias-sim",
         description=(
-            "Replay a job trace through the Tiresias scheduling core on a virtual clock and "
-            "compare policies: average/median/p95/p99 JCT, queueing delay, makespan, "
-            "preemptions and GPU utilization, overall and by small/large × short/long bins. "
-            "Times are seconds."
+            "Replay a job trace through the Tiresias scheduling core on a virtual clock and\n"
+            "compare policies: average/median/p95/p99 JCT, queueing delay, makespan,\n"
+            "preemptions and GPU utilization, overall and by small/large x short/long bins.\n"
+            "Times are seconds; see docs/simulator.md."
         ),
         epilog=EXAMPLES,
         formatter_class=argparse.RawDescriptionHelpFormatter,

@@ -144,7 +144,7 @@ def simulate(
     **options: object,
 ) -> SimResult:
     """Run ``specs`` (each with a true ``duration``) through the core under ``policy_name``.
-    ``options`` are ``SimOptions`` fields; ``progress(n)`` is told of every n completions."""
+    ``options`` are ``SimOptions`` fields; ``progress(n)``: n more jobs completed or skipped."""
     return run(specs, cluster_nodes, policy_name, SimOptions(**options), progress)  # type: ignore[arg-type]
 
 
@@ -191,13 +191,13 @@ class _Simulation:
             if t == math.inf:
                 break
             now = t
-            completed = self._apply_events(now)
+            done = self._apply_events(now)
             while nxt < len(specs) and specs[nxt].arrival <= now:
-                self._arrive(specs[nxt], now)
+                done += not self._arrive(specs[nxt], now)
                 nxt += 1
             self._schedule(now)
-            if completed and progress:
-                progress(completed)
+            if done and progress:
+                progress(done)
             wakeup = sched.next_wakeup(now)
             if wakeup is not None and wakeup <= now:
                 wakeup = math.nextafter(now, math.inf)  # never stall the clock
@@ -232,12 +232,13 @@ class _Simulation:
                 self._checkpointed(run, now)
         return completed
 
-    def _arrive(self, spec: JobSpec, now: float) -> None:
+    def _arrive(self, spec: JobSpec, now: float) -> bool:
+        """Submit ``spec``; False when the core refuses it (then it is skipped, counted)."""
         try:
             self.sched.submit(spec, now)
         except CoreError as e:
             self.result.skipped.append((spec.job_id, str(e)))
-            return
+            return False
         known = profile(spec.model) or DEFAULT_PROFILE
         cost = self.opts.preempt_cost
         ckpt, restore = (
@@ -247,6 +248,7 @@ class _Simulation:
             spec.job_id, spec.gpus, spec.arrival, float(spec.duration or 0.0), model=spec.model
         )
         self.runs[spec.job_id] = _Run(spec, record, ckpt, restore, wait_since=now)
+        return True
 
     def _schedule(self, now: float) -> None:
         """Passes at ``now`` while they free GPUs: a preemption whose checkpoint is free exits

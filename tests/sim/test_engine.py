@@ -79,7 +79,9 @@ def test_packing_slowdown_only_for_skewed_jobs_across_machines() -> None:
 
 def test_oversize_job_is_skipped_and_counted() -> None:
     jobs = [spec("big", 5, 0.0, 1.0), spec("ok", 4, 0.0, 1.0)]
-    result = simulate(jobs, cluster_from_shape("1x4"), "tiresias-l")
+    ticks: list[int] = []
+    result = simulate(jobs, cluster_from_shape("1x4"), "tiresias-l", progress=ticks.append)
+    assert sum(ticks) == 2  # the progress bar reaches its total
     assert [j.job_id for j in result.jobs] == ["ok"]
     assert [job_id for job_id, _ in result.skipped] == ["big"]
 
