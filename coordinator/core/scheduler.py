@@ -75,7 +75,9 @@ class Scheduler:
     (3) places the newly selected jobs, in priority order, on GPUs free *now* (a preempted
     job's GPUs free at its exit; the pass after that starts what could not be placed). A
     non-preemptive pass places waiting jobs in order on the free GPUs, stopping at the first
-    that cannot start when the policy blocks (YARN-CS).
+    that cannot start when the policy blocks (YARN-CS). Selection counts GPUs, so it assumes a
+    placement that can use any free GPUs (consolidate, spread, skew); the strict ``yarn``
+    placement may refuse a selected job and leave GPUs idle: pair it with ``yarn-cs``.
     """
 
     def __init__(
