@@ -3,8 +3,9 @@
 1. Per-step overhead of ``State.steps`` (stop check, timing, report counters) on a small
    Keras model, with reporting on (a local ROUTER plays the coordinator): absolute µs/step
    and share of the model's step time.
-2. Preemption latency: SIGTERM to a job planned by ``gang.plan`` → every process exited with
-   75, against writing the same checkpoint bytes with a plain ``write`` + ``fsync``.
+2. Preemption latency: SIGTERM to every process of a job planned by ``gang.plan`` (single,
+   ``--workers N`` MultiWorkerMirrored, ``--horovod``) → every process exited with 75,
+   against writing the same checkpoint bytes with a plain ``write`` + ``fsync``.
 """
 
 from __future__ import annotations
@@ -100,7 +101,7 @@ def _renamed(directory: Path) -> bool:
     return directory.is_dir() and any(p.name.startswith("ckpt-") for p in directory.iterdir())
 
 
-def preemption(width: int, runs: int) -> dict[str, object]:
+def preemption(width: int, runs: int, workers: int, horovod: bool) -> dict[str, object]:
     from tiresias_launch import EXIT_CHECKPOINTED
     from tiresias_launch.checkpoint import CheckpointStore
     from tiresias_launch.gang import GangRequest, free_local_port, plan
@@ -110,30 +111,35 @@ def preemption(width: int, runs: int) -> dict[str, object]:
         work = Path(tmp)
         for run in range(runs):
             job, progress = f"bench{run}", work / f"progress-{run}"
-            request = GangRequest((str(HERE / "launch_bench_job.py"), str(width), str(progress)))
-            [spec] = plan(request, job, {"localhost": [0]}, None, work, 0, free_local_port)
-            env = {
-                **os.environ,
-                **spec.env,
-                "CUDA_VISIBLE_DEVICES": "",
-                "TF_CPP_MIN_LOG_LEVEL": "2",
-            }
-            proc = subprocess.Popen(
-                [sys.executable, *spec.argv[1:]],
-                env=env,
-                cwd=work,
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
-            )
+            argv = (str(HERE / "launch_bench_job.py"), str(width), str(progress))
+            request = GangRequest(argv, workers=workers, horovod=horovod)
+            placement = {"localhost": list(range(workers))}
+            specs = plan(request, job, placement, None, work, 0, free_local_port)
+            procs = [
+                subprocess.Popen(
+                    [sys.executable, *spec.argv[1:]],
+                    env={
+                        **os.environ,
+                        **spec.env,
+                        "CUDA_VISIBLE_DEVICES": "",
+                        "TF_CPP_MIN_LOG_LEVEL": "2",
+                    },
+                    cwd=work,
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL,
+                )
+                for spec in specs
+            ]
             _wait(lambda p=progress: p.exists() and int(p.read_text() or 0) >= 20, 300)
             t0 = time.perf_counter()
-            proc.send_signal(signal.SIGTERM)
-            while proc.poll() is None and not _renamed(work / job):
+            for proc in procs:
+                proc.send_signal(signal.SIGTERM)
+            while procs[0].poll() is None and not _renamed(work / job):
                 time.sleep(0.002)
             durable.append(time.perf_counter() - t0)
-            code = proc.wait(300)
+            codes = [proc.wait(300) for proc in procs]
             exited.append(time.perf_counter() - t0)
-            assert code == EXIT_CHECKPOINTED, f"bench job exited {code}"
+            assert codes == [EXIT_CHECKPOINTED] * len(procs), f"bench job exited {codes}"
             [ckpt] = CheckpointStore(work / job, job).complete()
             ckpt_bytes = ckpt.manifest.bytes
         payload = os.urandom(ckpt_bytes)
@@ -147,6 +153,8 @@ def preemption(width: int, runs: int) -> dict[str, object]:
             writes.append(time.perf_counter() - t0)
     return {
         "load_average_1m": os.getloadavg()[0],
+        "processes": workers,
+        "mode": "horovod" if horovod else ("allreduce" if workers > 1 else "single"),
         "checkpoint_mb": ckpt_bytes / 1e6,
         "signal_to_checkpoint_renamed_s": sorted(durable),
         "signal_to_exit_s": sorted(exited),
@@ -159,6 +167,9 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=100, help="steps per overhead round")
     parser.add_argument("--width", type=int, default=2048, help="bench job hidden width")
     parser.add_argument("--runs", type=int, default=3, help="preemptions to time")
+    parser.add_argument("--workers", type=int, default=1, help="processes in the bench job")
+    parser.add_argument("--horovod", action="store_true", help="Horovod/Gloo instead of MWMS")
+    parser.add_argument("--skip-overhead", action="store_true", help="only time preemption")
     args = parser.parse_args()
     import zmq
 
@@ -170,7 +181,10 @@ def main() -> None:
         TIRESIAS_JOB_ID="bench",
         TIRESIAS_CHECKPOINT_DIR=tempfile.mkdtemp(prefix="tiresias-bench-"),
     )
-    result = {"overhead": overhead(args.steps), "preemption": preemption(args.width, args.runs)}
+    result: dict[str, object] = {}
+    if not args.skip_overhead:
+        result["overhead"] = overhead(args.steps)
+    result["preemption"] = preemption(args.width, args.runs, args.workers, args.horovod)
     reports = 0
     while router.poll(100):
         router.recv_multipart()
