@@ -841,7 +841,8 @@ def _pending(run: dict[str, Any], node: str) -> bool:
     return node in run["parts"] and run["parts"][node] is None
 
 
-def _floats(text: str) -> list[float]:
+def comma_floats(text: str) -> list[float]:
+    """``--thresholds`` values: comma-separated numbers."""
     try:
         return [float(x) for x in text.split(",") if x]
     except ValueError:
@@ -866,7 +867,7 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--placement", default=Options.placement, help="placement (default skew)")
     ap.add_argument(
         "--thresholds",
-        type=_floats,
+        type=comma_floats,
         default=[3600.0],
         help="queue thresholds on attained GPU-seconds, comma-separated "
         "(K-1 values for K queues; default 3600)",
@@ -957,6 +958,8 @@ def options(args: argparse.Namespace) -> Options:
         thresholds=args.thresholds,
         promote_knob=args.promote_knob,
         packlimit=args.packlimit,
+        interval=args.interval,
+        gittins_history=args.gittins_history,
         heartbeat_timeout=args.heartbeat_timeout,
         grace=args.grace,
         preempt_signal=args.preempt_signal,
