@@ -6,47 +6,16 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers import FAKE_JOB, free_port, wait_until
 
 from coordinator.service.client import Client, client_keys
-
-REPO = Path(__file__).resolve().parents[2]
-FAKE_JOB = REPO / "examples" / "fake_job.py"
-
-
-def wait_until(
-    pred: Callable[[], Any], timeout: float = 20.0, what: str = "condition", interval: float = 0.05
-) -> Any:
-    """Poll ``pred`` until it returns something truthy; fail with ``what`` at the deadline."""
-    deadline = time.monotonic() + timeout
-    last_error: Exception | None = None
-    while time.monotonic() < deadline:
-        try:
-            value = pred()
-        except Exception as e:  # e.g. the coordinator is restarting
-            last_error = e
-            value = None
-        if value:
-            return value
-        time.sleep(interval)
-    raise AssertionError(
-        f"timed out after {timeout}s waiting for {what}"
-        + (f" (last error: {last_error})" if last_error else "")
-    )
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class Cluster:

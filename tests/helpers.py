@@ -1,0 +1,40 @@
+"""Helpers shared by test directories that run real services and jobs (``tests/service``,
+``tests/e2e``): ``wait_until`` instead of sleeps, free ports, the repository's paths."""
+
+from __future__ import annotations
+
+import socket
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+FAKE_JOB = REPO / "examples" / "fake_job.py"
+
+
+def wait_until(
+    pred: Callable[[], Any], timeout: float = 20.0, what: str = "condition", interval: float = 0.05
+) -> Any:
+    """Poll ``pred`` until it returns something truthy; fail with ``what`` at the deadline."""
+    deadline = time.monotonic() + timeout
+    last_error: Exception | None = None
+    while time.monotonic() < deadline:
+        try:
+            value = pred()
+        except Exception as e:  # e.g. the coordinator is restarting
+            last_error = e
+            value = None
+        if value:
+            return value
+        time.sleep(interval)
+    raise AssertionError(
+        f"timed out after {timeout}s waiting for {what}"
+        + (f" (last error: {last_error})" if last_error else "")
+    )
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
