@@ -20,7 +20,7 @@ from typing import Any
 from coordinator.cli import follow_logs, log_writer
 from coordinator.service.agent import Agent, discover_gpus, nvml_gpus
 from coordinator.service.client import Client, RequestError, client_keys
-from coordinator.service.coordinator import Coordinator, Options
+from coordinator.service.coordinator import Coordinator, Options, comma_floats
 
 FINISHED = ("completed", "failed", "cancelled")
 
@@ -28,8 +28,8 @@ FINISHED = ("completed", "failed", "cancelled")
 class Embedded:
     """A coordinator and one agent on loopback, each on its own thread."""
 
-    def __init__(self, state: Path, gpus: list[dict[str, Any]], grace: float) -> None:
-        self.coordinator = Coordinator(Options(bind="tcp://127.0.0.1:*", state=state, grace=grace))
+    def __init__(self, opts: Options, gpus: list[dict[str, Any]]) -> None:
+        self.coordinator = Coordinator(opts)
         self._threads = [
             threading.Thread(target=self.coordinator.run, daemon=True, name="coordinator")
         ]
@@ -37,7 +37,10 @@ class Embedded:
         if not self.coordinator.ready.wait(10):
             raise RuntimeError("the embedded coordinator did not start")
         self.address = self.coordinator.address
-        self.agent = Agent(self.address, gpus, name="local", workdir=state / "agent")
+        # peers of a gang (TF_CONFIG, Horovod rendezvous) reach the node on loopback
+        self.agent = Agent(
+            self.address, gpus, name="local", workdir=opts.state / "agent", host="127.0.0.1"
+        )
         self._threads.append(threading.Thread(target=self.agent.run, daemon=True, name="agent"))
         self._threads[1].start()
         if not self.agent.registered.wait(10):
@@ -84,6 +87,24 @@ def parser() -> argparse.ArgumentParser:
         type=float,
         default=30.0,
         help="embedded mode: seconds a preempted job gets to checkpoint",
+    )
+    ap.add_argument(
+        "--bind",
+        default="tcp://127.0.0.1:*",
+        help="embedded mode: the coordinator's address, for `tiresias --coordinator` "
+        "(default: a free loopback port)",
+    )
+    ap.add_argument(
+        "--policy",
+        default=Options.policy,
+        help="embedded mode: scheduling policy (default %(default)s; see tiresias-coordinator)",
+    )
+    ap.add_argument(
+        "--thresholds",
+        type=comma_floats,
+        default=None,
+        help="embedded mode: queue thresholds on attained GPU-seconds, comma-separated "
+        "(default 3600)",
     )
     ap.add_argument("--curve-keys", default=None, help="CURVE key directory")
     ap.add_argument("--name", default=None, help="job name")
@@ -132,6 +153,11 @@ def run_job(client: Client, args: argparse.Namespace) -> int:
         )
     finally:
         signal.signal(signal.SIGINT, previous)
+    print(
+        f"tiresias-run: {job_id} {state['state']} (restarts {state['restarts']}, "
+        f"preemptions {state['preemptions']})",
+        file=sys.stderr,
+    )
     if state["state"] == "completed":
         return 0
     if state["state"] == "cancelled":
@@ -162,7 +188,15 @@ def main(argv: list[str] | None = None) -> int:
                     file=sys.stderr,
                 )
                 return 2
-            embedded = Embedded(args.state.resolve(), gpus, args.grace)
+            opts = Options(
+                bind=args.bind,
+                state=args.state.resolve(),
+                grace=args.grace,
+                policy=args.policy,
+            )
+            if args.thresholds is not None:
+                opts.thresholds = args.thresholds
+            embedded = Embedded(opts, gpus)
             address = embedded.address
         else:
             address = args.coordinator
