@@ -91,7 +91,7 @@ class _PatchingFinder(importlib.abc.MetaPathFinder):
 
 def _skip(data: Any, batches: int, batch_size: int) -> Any | None:
     """``data`` without its first ``batches`` batches, or None when that cannot be done."""
-    if data is None or batches == 0:
+    if data is None:
         return data
     import tensorflow as tf
 
@@ -145,7 +145,6 @@ class _PreemptibleFit:
         return self.arguments.get(name, self.defaults.get(name))
 
     def run(self) -> Any:
-        args = self.arguments
         planned = self._plan_restore()
         self.planned_step = planned.manifest.step if planned else None
         epoch, batch = (
@@ -154,31 +153,35 @@ class _PreemptibleFit:
             else (self.arg("initial_epoch"), 0)
         )
         self.first_batch = batch
-        epochs = self.arg("epochs")
-        callbacks = [*(self.arg("callbacks") or []), self.callback]
+        # An infinite dataset is iterated once across epochs (steps_per_epoch is required), so
+        # each call skips every batch consumed so far; finite data restarts every epoch.
+        infinite = _is_infinite(self.arg("x"))
+        consumed = self.planned_step or 0
         if batch == 0:
-            return self.original(
-                self.model, **{**args, "initial_epoch": epoch, "callbacks": callbacks}
+            return self._fit(
+                epoch, self.arg("epochs"), self._data_after(consumed if infinite else 0)
             )
-        first = self._partial_epoch_arguments(batch)
-        history = self.original(
-            self.model,
-            **{
-                **args,
-                **first,
-                "initial_epoch": epoch,
-                "epochs": epoch + 1,
-                "callbacks": callbacks,
-            },
-        )
-        if epoch + 1 >= epochs:
+        per_epoch = self.arg("steps_per_epoch")
+        first = self._data_after(consumed if infinite else batch)
+        if per_epoch:
+            first["steps_per_epoch"] = per_epoch - batch
+        history = self._fit(epoch, epoch + 1, first)
+        if epoch + 1 >= self.arg("epochs"):
             return history
-        rest = self.original(
-            self.model, **{**args, "initial_epoch": epoch + 1, "callbacks": callbacks}
+        rest = self._fit(
+            epoch + 1,
+            self.arg("epochs"),
+            self._data_after(consumed + per_epoch - batch) if infinite else {},
         )
         for key, values in history.history.items():
             rest.history[key] = values + rest.history.get(key, [])
         return rest
+
+    def _fit(self, initial_epoch: int, epochs: int, overrides: dict[str, Any]) -> Any:
+        callbacks = [*(self.arg("callbacks") or []), self.callback]
+        arguments = {**self.arguments, **overrides}
+        arguments.update(initial_epoch=initial_epoch, epochs=epochs, callbacks=callbacks)
+        return self.original(self.model, **arguments)
 
     def _plan_restore(self) -> Checkpoint | None:
         """Restore now when the model is built; else read the position and restore at the
@@ -200,25 +203,22 @@ class _PreemptibleFit:
         self.step = self.restored.manifest.step if self.restored else 0
         self.rt.reporter.note(**tensor_facts(self.checkpointer.trainable, self.rt.env.num_ps))
 
-    def _partial_epoch_arguments(self, batch: int) -> dict[str, Any]:
-        """Arguments that make ``fit`` run only the batches after ``batch`` of this epoch."""
-        steps = self.arg("steps_per_epoch")
+    def _data_after(self, batches: int) -> dict[str, Any]:
+        """``x``/``y``/``sample_weight`` without their first ``batches`` batches; ``{}`` (run
+        them again, at-least-once) when the input type cannot be skipped."""
+        if batches == 0:
+            return {}
         batch_size = self.arg("batch_size") or 32
-        out: dict[str, Any] = {}
-        if steps:
-            out["steps_per_epoch"] = steps - batch
-        x = self.arg("x")
-        skip_batches = (self.planned_step or 0) if _is_infinite(x) else batch
         given = {k: self.arg(k) for k in ("x", "y", "sample_weight")}
-        skipped = {k: _skip(v, skip_batches, batch_size) for k, v in given.items()}
+        skipped = {k: _skip(v, batches, batch_size) for k, v in given.items()}
         if any(given[k] is not None and v is None for k, v in skipped.items()):
             log.warning(
                 "tiresias: cannot skip %d batches of %s; repeating them (at-least-once)",
-                batch,
-                type(x).__name__,
+                batches,
+                type(given["x"]).__name__,
             )
             return {}
-        return out | {k: v for k, v in skipped.items() if given[k] is not None}
+        return {k: v for k, v in skipped.items() if given[k] is not None}
 
     def save(self) -> Checkpoint | None:
         strategy = getattr(self.model, "distribute_strategy", None)

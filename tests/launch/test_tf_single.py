@@ -90,12 +90,14 @@ def test_custom_loop_survives_preemption_and_a_killed_checkpoint(tmp_path: Path)
     assert sum(m["iterations"] for m in by_restart[2]) == 14
 
 
-def test_unmodified_keras_fit_resumes_mid_epoch(tmp_path: Path) -> None:
+@pytest.mark.parametrize("infinite", ["0", "1"], ids=["finite-data", "infinite-data"])
+def test_unmodified_keras_fit_resumes_mid_epoch(tmp_path: Path, infinite: str) -> None:
     def fit(log: Path) -> GangRequest:
         return GangRequest((str(SCRIPTS / "keras_fit.py"), "3", str(log)))
 
-    ref = start(fit(tmp_path / "ref.log"), tmp_path, job_id="ref")
-    a = start(fit(tmp_path / "a.log"), tmp_path, env={"TEST_PAUSE_AT": "10"})
+    data = {"TEST_INFINITE": infinite}
+    ref = start(fit(tmp_path / "ref.log"), tmp_path, job_id="ref", env=data)
+    a = start(fit(tmp_path / "a.log"), tmp_path, env={**data, "TEST_PAUSE_AT": "10"})
     wait_until((tmp_path / "a.log.paused").exists, TIMEOUT, "fit to pause at batch 10")
     a.signal()
     (tmp_path / "a.log.go").touch()
@@ -103,7 +105,7 @@ def test_unmodified_keras_fit_resumes_mid_epoch(tmp_path: Path) -> None:
     [ckpt] = CheckpointStore(tmp_path / "ckpt" / "job", "job").complete()
     assert ckpt.manifest.position == {"epoch": 1, "batch": 2, "step": 10}
 
-    b = start(fit(tmp_path / "b.log"), tmp_path, restart=1)
+    b = start(fit(tmp_path / "b.log"), tmp_path, restart=1, env=data)
     assert b.wait(TIMEOUT) == [0], b.tails()
     assert ref.wait(TIMEOUT) == [0], ref.tails()
 

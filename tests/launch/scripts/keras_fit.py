@@ -5,6 +5,7 @@ set it trains under MultiWorkerMirroredStrategy, as a user's distributed script 
 Logs "<optimizer iteration> <weights digest>" after every batch and "epoch <e> <loss hex>"
 after every epoch. TEST_PAUSE_AT=k: at the start of global batch k, create
 <log_path>.paused and wait for <log_path>.go (the test signals in between).
+TEST_INFINITE=1 trains on an infinite dataset with steps_per_epoch=8 instead.
 TF_USE_LEGACY_KERAS=1 runs the same script with tf_keras.
 """
 
@@ -31,6 +32,9 @@ keras.utils.set_random_seed(1)
 x = tf.random.stateless_normal([128, 8], seed=[1, 2])
 y = tf.reduce_sum(x[:, :3], axis=1, keepdims=True)
 data = tf.data.Dataset.from_tensor_slices((x, y)).batch(16)
+infinite = os.environ.get("TEST_INFINITE") == "1"  # one iterator across epochs
+if infinite:
+    data = tf.data.Dataset.from_tensor_slices((x, y)).repeat().batch(12)
 with strategy.scope():
     model = keras.Sequential(
         [keras.Input((8,)), keras.layers.Dense(16, activation="relu"), keras.layers.Dense(1)]
@@ -57,4 +61,6 @@ class Log(keras.callbacks.Callback):
             print("epoch", epoch, float(logs["loss"]).hex(), file=log)
 
 
-model.fit(data, epochs=epochs, callbacks=[Log()], verbose=0)
+model.fit(
+    data, epochs=epochs, callbacks=[Log()], verbose=0, steps_per_epoch=8 if infinite else None
+)
