@@ -84,7 +84,9 @@ def reduce_sum_for(rt: Runtime, s: tf.distribute.Strategy | None = None) -> Redu
         return None
     if rt.env.mode == "horovod":
         return _horovod_reduce_sum()
-    return _strategy_reduce_sum(s or strategy())
+    if not isinstance(s, tf.distribute.MultiWorkerMirroredStrategy):
+        s = strategy()  # e.g. an optimizer made outside the strategy scope
+    return _strategy_reduce_sum(s)
 
 
 def join_gang(rt: Runtime, s: tf.distribute.Strategy | None = None) -> None:
@@ -143,9 +145,13 @@ def _build_optimizers(trackables: dict[str, Any]) -> None:
     for t in trackables.values():
         if _is_optimizer(t) and hasattr(t, "build") and not getattr(t, "built", True):
             # slots must live where the strategy the optimizer was made under puts them
-            owner = getattr(t, "_distribution_strategy", None) or tf.distribute.get_strategy()
-            with owner.scope():
+            with (_owner(t) or tf.distribute.get_strategy()).scope():
                 t.build(trainable)
+
+
+def _owner(optimizer: Any) -> tf.distribute.Strategy | None:
+    """The strategy a Keras optimizer (Keras 3 or tf_keras) was created under."""
+    return getattr(optimizer, "_distribution_strategy", None)
 
 
 class Checkpointer:
@@ -160,6 +166,10 @@ class Checkpointer:
                 "model.build(shape)) before training starts"
             )
         _build_optimizers(trackables)
+        # the script's own strategy (it may not have used tiresias.strategy())
+        self.strategy = next(
+            (_owner(t) for t in trackables.values() if _is_optimizer(t) and _owner(t)), None
+        )
         self.described = describe_variables(variables)
         self.trainable = [v for v in variables if v.trainable]
         self._checkpoint = tf.train.Checkpoint(**trackables)
@@ -177,7 +187,8 @@ class Checkpointer:
         """Write a checkpoint of ``step``; only the chief's copy is kept."""
         env = rt.env
         if env.mode == "ps":  # every scheduled step must have reached the parameter servers
-            tf.distribute.experimental.coordinator.ClusterCoordinator(s or strategy()).join()
+            s = s or self.strategy or strategy()
+            tf.distribute.experimental.coordinator.ClusterCoordinator(s).join()
         if env.mode == "allreduce" and not env.is_chief:
             # MultiWorkerMirroredStrategy needs every worker in the save; keep only the chief's.
             scratch = Path(tempfile.mkdtemp(prefix="tiresias-scratch-"))
@@ -211,7 +222,7 @@ class State:
             raise ValueError("tiresias.State needs the objects to checkpoint, e.g. model=…")
         self._rt = get_runtime()
         self._checkpointer = Checkpointer(trackables)
-        join_gang(self._rt)
+        join_gang(self._rt, self._checkpointer.strategy)
         self.restored = self._checkpointer.restore(self._rt)
         self.step = self.restored.manifest.step if self.restored else 0
         self._rt.reporter.note(**tensor_facts(self._checkpointer.trainable, self._rt.env.num_ps))
