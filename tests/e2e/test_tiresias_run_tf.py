@@ -1,0 +1,261 @@
+"""Real TensorFlow jobs through ``tiresias-run`` on the embedded single-machine cluster,
+preempted the way users' jobs are: by the scheduling policy.
+
+Each test starts ``tiresias-run`` (2D-LAS, ``tiresias-l``) with a Q1 threshold of a few
+GPU-seconds and lets the TensorFlow job train until it has been demoted to Q2 and has made
+progress. A short competing job (``examples/fake_job.py``, submitted with ``tiresias submit
+--coordinator``) then lands in Q1 and needs the GPU, so the scheduler preempts the TensorFlow
+job: every process of it checkpoints and exits 75, the competitor runs and finishes, and the
+TensorFlow job is started again, resumes from its checkpoint and finishes.
+
+What is asserted comes from the job's own output (the chief's log, whose runs the agent
+separates with ``=== j1 restart N on local ===`` lines), the checkpoint on disk and
+``tiresias-run``'s exit code and summary: one checkpoint at step k with 0 < k < total, the
+first run trained exactly steps 0…k-1, the second run exactly steps k…total-1 (it continues
+at the checkpoint's step + 1 counting from one), one preemption, one restart, exit code 0.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from helpers import FAKE_JOB, REPO, free_port, wait_until
+
+from coordinator.service.client import Client
+
+#: Q1 → Q2 threshold in GPU-seconds: the TensorFlow job passes it while it starts, the
+#: competitor (a fraction of a second of fake steps) never does.
+THRESHOLD = 5.0
+#: The TensorFlow job must have run this many steps before the competitor is submitted.
+PROGRESS = 20
+RUN_TIMEOUT = 150.0
+JOB = "j1"
+
+
+@dataclass
+class EmbeddedRun:
+    """One ``tiresias-run`` process with its embedded coordinator's address and state."""
+
+    proc: subprocess.Popen[bytes]
+    address: str
+    state: Path
+    out: Path
+    err: Path
+    client: Client
+
+    def job(self, job_id: str = JOB) -> dict[str, Any]:
+        return self.client.request("status", job_id=job_id)["job"]
+
+    def log(self, job_id: str = JOB, name: str = "chief-0.log") -> str:
+        path = self.state / "agent" / "logs" / job_id / name
+        return path.read_text(errors="replace") if path.exists() else ""
+
+    def diagnostics(self) -> str:
+        logs = sorted((self.state / "agent" / "logs").glob("*/*.log"))
+        parts = [(p.relative_to(self.state), p.read_text(errors="replace")) for p in logs]
+        parts.append(("tiresias-run stderr", self.err.read_text(errors="replace")))
+        return "\n".join(f"--- {name} ---\n{text[-3000:]}" for name, text in parts)
+
+
+#: ``embedded_run(*job)``: starts ``tiresias-run`` for the job's shape, script and flags.
+StartRun = Callable[..., EmbeddedRun]
+
+
+@pytest.fixture
+def embedded_run(tmp_path: Path) -> Iterator[StartRun]:
+    """Starts ``tiresias-run`` with a small Q1 threshold; stops it at the end of the test."""
+    runs: list[EmbeddedRun] = []
+
+    def start(*job: str) -> EmbeddedRun:
+        """``tiresias-run [scheduler options] *job``, with its output in files."""
+        address = f"tcp://127.0.0.1:{free_port()}"
+        state = tmp_path / "state"
+        out, err = tmp_path / "tiresias-run.out", tmp_path / "tiresias-run.err"
+        with out.open("wb") as stdout, err.open("wb") as stderr:
+            proc = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "tiresias_launch.run",
+                    "--bind",
+                    address,
+                    "--state",
+                    str(state),
+                    "--policy",
+                    "tiresias-l",
+                    "--thresholds",
+                    str(THRESHOLD),
+                    *job,
+                ],
+                stdout=stdout,
+                stderr=stderr,
+                cwd=tmp_path,
+                env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONUNBUFFERED": "1"},
+            )
+        run = EmbeddedRun(proc, address, state, out, err, Client(address, None, timeout=5))
+        runs.append(run)
+        return run
+
+    yield start
+    for run in runs:
+        run.client.close()
+        if run.proc.poll() is None:
+            run.proc.kill()  # its embedded agent's jobs die with it (PDEATHSIG)
+            run.proc.wait()
+
+
+def preempt_with_a_short_job(run: EmbeddedRun) -> None:
+    """Once the job is in Q2 and has trained PROGRESS steps, submit a one-GPU job that
+    lands in Q1: the scheduler preempts the TensorFlow job to run it."""
+
+    def demoted_and_training() -> bool:
+        job = run.job()
+        return job["queue"] == 1 and (job["progress"].get("step") or 0) >= PROGRESS
+
+    try:
+        wait_until(demoted_and_training, 90, f"the job to be in Q2 after {PROGRESS} steps")
+    except AssertionError as e:
+        raise AssertionError(f"{e}\n{run.diagnostics()}") from None
+    submitted = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "coordinator.cli",
+            "submit",
+            "--coordinator",
+            run.address,
+            "--json",
+            "--workers",
+            "1",
+            str(FAKE_JOB),
+            "--steps",
+            "3",
+            "--step-time",
+            "0.05",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=True,
+    )
+    assert json.loads(submitted.stdout)["job_id"] == "j2"
+
+
+def finish(run: EmbeddedRun) -> None:
+    """``tiresias-run`` exits 0 after one preemption and one restart; the competitor ran."""
+    try:
+        code = run.proc.wait(RUN_TIMEOUT)
+    except subprocess.TimeoutExpired:
+        raise AssertionError("tiresias-run did not finish:\n" + run.diagnostics()) from None
+    err = run.err.read_text()
+    assert code == 0, run.diagnostics()
+    assert f"{JOB} completed (restarts 1, preemptions 1)" in err, run.diagnostics()
+    assert "done after 3 steps" in run.log("j2"), run.diagnostics()
+
+
+def runs_of(log: str) -> list[str]:
+    """A process log split into its runs (the agent writes a header before each start)."""
+    parts = re.split(rf"^=== {JOB} restart (\d+) on local ===\n", log, flags=re.MULTILINE)
+    assert [int(r) for r in parts[1::2]] == [0, 1], f"expected two runs:\n{log[-3000:]}"
+    return parts[2::2]
+
+
+def checkpoint_step(run: EmbeddedRun, total: int) -> int:
+    """The step of the job's only checkpoint (written at the preemption), mid-training."""
+    ckpts = sorted((run.state / "checkpoints" / JOB).glob("ckpt-*"))
+    assert len(ckpts) == 1, f"expected one checkpoint, found {ckpts}\n{run.diagnostics()}"
+    manifest = json.loads((ckpts[0] / "MANIFEST.json").read_text())
+    step = int(manifest["step"])
+    assert 0 < step < total, f"preempted at step {step}, not mid-training (0 < k < {total})"
+    return step
+
+
+def logged_steps(text: str) -> list[int]:
+    return [int(s) for s in re.findall(r"^step (\d+) loss", text, flags=re.MULTILINE)]
+
+
+def assert_resumed_exactly(run: EmbeddedRun, total: int) -> None:
+    """Run 0 logged steps 0…k-1, run 1 steps k…total-1: nothing lost, nothing repeated."""
+    first, second = runs_of(run.log())
+    k = checkpoint_step(run, total)
+    assert logged_steps(first) == list(range(k)), run.diagnostics()
+    assert logged_steps(second) == list(range(k, total)), run.diagnostics()
+
+
+@pytest.mark.tf
+def test_unmodified_keras_fit_is_preempted_and_resumes(embedded_run: StartRun) -> None:
+    """``models/train_keras.py`` (plain Keras 3 ``fit``, no Tiresias import) on one worker.
+    Its ``verbose=2`` output has one ``n/n`` line per finished (part of an) epoch: the first
+    run finishes the epochs before the checkpoint's and is stopped inside the next one; the
+    second runs exactly the batches after the checkpoint's batch of that epoch, then the
+    remaining epochs whole. (Keras prints no header for the partial epoch's own ``fit`` when
+    it is the first epoch, so headers are checked only for the first run.)"""
+    epochs, per_epoch = 4, 600
+    total = epochs * per_epoch
+    run = embedded_run(
+        str(REPO / "models" / "train_keras.py"),
+        *("--model", "mlp", "--steps", str(total), "--epochs", str(epochs)),
+    )
+    preempt_with_a_short_job(run)
+    finish(run)
+
+    first, second = runs_of(run.log())
+    k = checkpoint_step(run, total)
+    epoch, batch = divmod(k, per_epoch)  # 0-based epoch and batches done in it
+
+    def batches(text: str) -> list[int]:
+        return [int(n) for n, _ in re.findall(r"^(\d+)/(\d+) - ", text, flags=re.MULTILINE)]
+
+    headers = [int(e) for e in re.findall(rf"^Epoch (\d+)/{epochs}$", first, flags=re.MULTILINE)]
+    assert headers == list(range(1, epoch + 2)), first
+    assert batches(first) == [per_epoch] * epoch, first
+    assert batches(second) == [per_epoch - batch] + [per_epoch] * (epochs - epoch - 1), second
+
+
+@pytest.mark.tf
+def test_parameter_server_job_is_preempted_and_resumes(embedded_run: StartRun) -> None:
+    """``models/train.py`` with 1 ps and 2 workers (ParameterServerStrategy; the chief
+    schedules every step with ClusterCoordinator and logs each step's loss).
+
+    PS training applies updates at least once in general: ClusterCoordinator re-executes a
+    step whose worker failed mid-step. Across a preemption the step count is exact (the chief
+    joins every scheduled step before it saves, and the step is restored on resume), and no
+    worker fails here, so the exact sequence is asserted."""
+    total = 600
+    run = embedded_run(
+        *("--ps", "1", "--workers", "2"),
+        str(REPO / "models" / "train.py"),
+        *("--model", "mlp", "--steps", str(total), "--log-every", "1"),
+    )
+    preempt_with_a_short_job(run)
+    finish(run)
+    assert_resumed_exactly(run, total)
+    for name in ("ps-0.log", "worker-0.log", "worker-1.log"):
+        assert len(runs_of(run.log(name=name))) == 2  # the whole gang was stopped and restarted
+
+
+@pytest.mark.tf
+@pytest.mark.horovod
+def test_horovod_job_is_preempted_and_resumes(embedded_run: StartRun) -> None:
+    """``models/train_horovod.py`` on 2 Horovod/Gloo ranks: both ranks stop at one agreed
+    step, rank 0 checkpoints, both restore it on resume."""
+    pytest.importorskip("horovod.tensorflow")
+    total = 800
+    run = embedded_run(
+        *("--horovod", "--workers", "2"),
+        str(REPO / "models" / "train_horovod.py"),
+        *("--model", "mlp", "--steps", str(total), "--log-every", "1"),
+    )
+    preempt_with_a_short_job(run)
+    finish(run)
+    assert_resumed_exactly(run, total)
+    assert len(runs_of(run.log(name="worker-1.log"))) == 2
