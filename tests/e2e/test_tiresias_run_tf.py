@@ -194,31 +194,50 @@ def assert_resumed_exactly(run: EmbeddedRun, total: int) -> None:
 @pytest.mark.tf
 def test_unmodified_keras_fit_is_preempted_and_resumes(embedded_run: StartRun) -> None:
     """``models/train_keras.py`` (plain Keras 3 ``fit``, no Tiresias import) on one worker.
-    Its ``verbose=2`` output has one ``n/n`` line per finished (part of an) epoch: the first
-    run finishes the epochs before the checkpoint's and is stopped inside the next one; the
-    second runs exactly the batches after the checkpoint's batch of that epoch, then the
-    remaining epochs whole. (Keras prints no header for the partial epoch's own ``fit`` when
-    it is the first epoch, so headers are checked only for the first run.)"""
+    Its ``verbose=2`` output has one ``n/n - … loss: x`` line per finished (part of an) epoch:
+    the first run finishes the epochs before the checkpoint's and is stopped inside the next
+    one; the second runs exactly the batches after the checkpoint's batch of that epoch, then
+    the remaining epochs whole, with the same losses as an uninterrupted run of the script
+    (same batches in the same order from the same weights). (Keras prints no header for the
+    partial epoch's own ``fit`` when it is the first epoch: headers are checked in run 0.)"""
+    script = str(REPO / "models" / "train_keras.py")
     epochs, per_epoch = 4, 600
     total = epochs * per_epoch
-    run = embedded_run(
-        str(REPO / "models" / "train_keras.py"),
-        *("--model", "mlp", "--steps", str(total), "--epochs", str(epochs)),
-    )
+    flags = ("--model", "mlp", "--steps", str(total), "--epochs", str(epochs))
+    run = embedded_run(script, *flags)
     preempt_with_a_short_job(run)
     finish(run)
 
     first, second = runs_of(run.log())
     k = checkpoint_step(run, total)
     epoch, batch = divmod(k, per_epoch)  # 0-based epoch and batches done in it
-
-    def batches(text: str) -> list[int]:
-        return [int(n) for n, _ in re.findall(r"^(\d+)/(\d+) - ", text, flags=re.MULTILINE)]
-
     headers = [int(e) for e in re.findall(rf"^Epoch (\d+)/{epochs}$", first, flags=re.MULTILINE)]
     assert headers == list(range(1, epoch + 2)), first
-    assert batches(first) == [per_epoch] * epoch, first
-    assert batches(second) == [per_epoch - batch] + [per_epoch] * (epochs - epoch - 1), second
+    assert [n for n, _ in epoch_lines(first)] == [per_epoch] * epoch, first
+    assert [n for n, _ in epoch_lines(second)] == (
+        [per_epoch - batch] + [per_epoch] * (epochs - epoch - 1)
+    ), second
+
+    plain = subprocess.run(
+        [sys.executable, script, *flags],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"},
+        check=True,
+    ).stdout
+    reference = [loss for _, loss in epoch_lines(plain)]
+    assert len(reference) == epochs, plain
+    assert [loss for _, loss in epoch_lines(first)] == reference[:epoch]
+    assert [loss for _, loss in epoch_lines(second)][1:] == reference[epoch + 1 :], (
+        f"after the resume: {second}\nuninterrupted: {plain}"
+    )
+
+
+def epoch_lines(text: str) -> list[tuple[int, str]]:
+    """(batches, loss) of each ``n/n - … - loss: x`` line Keras prints at an epoch's end."""
+    found = re.findall(r"^(\d+)/\1 - .* loss: (\S+)$", text, flags=re.MULTILINE)
+    return [(int(n), loss) for n, loss in found]
 
 
 @pytest.mark.tf
