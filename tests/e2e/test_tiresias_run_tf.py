@@ -17,6 +17,7 @@ at the checkpoint's step + 1 counting from one), one preemption, one restart, ex
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import re
@@ -264,10 +265,10 @@ def test_parameter_server_job_is_preempted_and_resumes(embedded_run: StartRun) -
 
 @pytest.mark.tf
 @pytest.mark.horovod
+@pytest.mark.skipif(importlib.util.find_spec("horovod") is None, reason="needs Horovod")
 def test_horovod_job_is_preempted_and_resumes(embedded_run: StartRun) -> None:
     """``models/train_horovod.py`` on 2 Horovod/Gloo ranks: both ranks stop at one agreed
     step, rank 0 checkpoints, both restore it on resume."""
-    pytest.importorskip("horovod.tensorflow")
     total = 800
     run = embedded_run(
         *("--horovod", "--workers", "2"),
