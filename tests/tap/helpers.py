@@ -54,8 +54,9 @@ def _recv_exactly(conn: socket.socket, n: int) -> bool:
     return True
 
 
-class ScheduleServers:
-    """Listening sockets on loopback; every connection is served the schedule until EOF."""
+class _LoopbackServers:
+    """Listening sockets on loopback, each connection handled by ``serve`` in its own thread
+    until EOF."""
 
     def __init__(self, count: int) -> None:
         self.socks = []
@@ -73,21 +74,30 @@ class ScheduleServers:
                 conn, _ = listener.accept()
             except OSError:
                 return
-            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+            threading.Thread(target=self._handle, args=(conn,), daemon=True).start()
 
-    @staticmethod
-    def _serve(conn: socket.socket) -> None:
+    def _handle(self, conn: socket.socket) -> None:
         with conn:
-            while True:
-                for _ in range(REPS):
-                    for n in SIZES:
-                        if not _recv_exactly(conn, n):
-                            return
-                        conn.sendall(b"a" * ACK)
+            self.serve(conn)
+
+    def serve(self, conn: socket.socket) -> None:
+        raise NotImplementedError
 
     def close(self) -> None:
         for s in self.socks:
             s.close()
+
+
+class ScheduleServers(_LoopbackServers):
+    """Every connection is served the schedule until EOF."""
+
+    def serve(self, conn: socket.socket) -> None:
+        while True:
+            for _ in range(REPS):
+                for n in SIZES:
+                    if not _recv_exactly(conn, n):
+                        return
+                    conn.sendall(b"a" * ACK)
 
 
 def tap_run(
@@ -106,36 +116,12 @@ def tap_run(
     return proc, [ProcessProfile.from_dict(p) for p in data["processes"]]
 
 
-class SinkServer:
-    """Listening sockets on loopback that read and discard everything until EOF."""
+class SinkServer(_LoopbackServers):
+    """Reads and discards everything until EOF."""
 
-    def __init__(self, count: int) -> None:
-        self.socks = []
-        for _ in range(count):
-            s = socket.socket()
-            s.bind(("127.0.0.1", 0))
-            s.listen(16)
-            self.socks.append(s)
-            threading.Thread(target=self._accept, args=(s,), daemon=True).start()
-        self.ports = [s.getsockname()[1] for s in self.socks]
-
-    def _accept(self, listener: socket.socket) -> None:
-        while True:
-            try:
-                conn, _ = listener.accept()
-            except OSError:
-                return
-            threading.Thread(target=self._drain, args=(conn,), daemon=True).start()
-
-    @staticmethod
-    def _drain(conn: socket.socket) -> None:
-        with conn:
-            while conn.recv(1 << 16):
-                pass
-
-    def close(self) -> None:
-        for s in self.socks:
-            s.close()
+    def serve(self, conn: socket.socket) -> None:
+        while conn.recv(1 << 16):
+            pass
 
 
 def tap_popen(
