@@ -77,6 +77,7 @@ class Reporter:
         self._iterations = 0
         self._iter_seconds = 0.0
         self._pending: dict[str, Any] = {}
+        self._keepalive = False
         self._lock = threading.Lock()
         self._queue: collections.deque[bytes] = collections.deque(maxlen=queue_size)
         self.dropped = 0
@@ -98,6 +99,11 @@ class Reporter:
             self._iterations += 1
             self._iter_seconds += seconds
 
+    def keepalive(self) -> None:
+        """Ask for a report even without iterations (servers: their GPU time still counts)."""
+        with self._lock:
+            self._keepalive = True
+
     def note(self, **fields: Any) -> None:
         """One-off facts (checkpoint, warmup, skew, tensor_bytes) for the next report."""
         with self._lock:
@@ -106,10 +112,11 @@ class Reporter:
     def message(self) -> dict[str, Any] | None:
         """Drain the counters into one report; ``None`` when there is nothing new."""
         with self._lock:
-            if not self._iterations and not self._pending:
+            if not (self._iterations or self._pending or self._keepalive):
                 return None
             n, total, pending = self._iterations, self._iter_seconds, self._pending
             self._iterations, self._iter_seconds, self._pending = 0, 0.0, {}
+            self._keepalive = False
             step = self.step
         e = self.env
         return {

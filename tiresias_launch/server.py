@@ -52,6 +52,7 @@ def main() -> int:
         if seen_chief and not up:
             rt.exit(EXIT_CHECKPOINTED if rt.flag else 0)
         seen_chief = seen_chief or up
+        rt.reporter.keepalive()
         time.sleep(POLL_SECONDS)
 
 

@@ -8,7 +8,9 @@ from __future__ import annotations
 import importlib.util
 from pathlib import Path
 
+import msgpack
 import pytest
+import zmq
 
 from tiresias_launch import EXIT_CHECKPOINTED
 from tiresias_launch.checkpoint import CheckpointStore
@@ -21,9 +23,11 @@ TIMEOUT = 240
 TOTAL = 30
 
 
-def _preempt_and_resume(tmp_path: Path, request: GangRequest, ranks: int) -> int:
+def _preempt_and_resume(
+    tmp_path: Path, request: GangRequest, ranks: int, coordinator: str | None = None
+) -> int:
     """Run, preempt before step 8, resume; returns the step the gang stopped at."""
-    first = start(request, tmp_path, env={"TEST_PAUSE_AT": "8"})
+    first = start(request, tmp_path, coordinator=coordinator, env={"TEST_PAUSE_AT": "8"})
     wait_until((tmp_path / "log-0.paused").exists, TIMEOUT, "the chief to pause")
     first.signal()
     assert first.wait(TIMEOUT) == [EXIT_CHECKPOINTED] * len(first.procs), first.tails()
@@ -49,8 +53,19 @@ def _request(**shape: object) -> GangRequest:
 
 
 def test_parameter_server_gang(tmp_path: Path) -> None:
-    stopped = _preempt_and_resume(tmp_path, _request(workers=2, ps=1), ranks=1)
+    router = zmq.Context.instance().socket(zmq.ROUTER)
+    coordinator = f"tcp://127.0.0.1:{router.bind_to_random_port('tcp://127.0.0.1')}"
+    try:
+        stopped = _preempt_and_resume(tmp_path, _request(workers=2, ps=1), 1, coordinator)
+        reports = []
+        while router.poll(200):
+            reports.append(msgpack.unpackb(router.recv_multipart()[1]))
+    finally:
+        router.close(linger=0)
     assert stopped == 9  # the chief alone decides: the step after the one it was paused at
+    # skew measured from where the variables live: one parameter server holds all bytes
+    assert any(m["role"] == "chief" and m["skew"] == 1.0 for m in reports)
+    assert {(m["role"], m["task_index"]) for m in reports} >= {("ps", 0), ("worker", 1)}
 
 
 def test_multi_worker_mirrored_gang(tmp_path: Path) -> None:
