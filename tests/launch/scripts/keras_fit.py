@@ -43,20 +43,20 @@ with strategy.scope():
 
 
 class Log(keras.callbacks.Callback):
-    def on_train_batch_begin(self, batch, logs=None):
+    def on_train_batch_begin(self, batch: int, logs: dict | None = None) -> None:
         if int(self.model.optimizer.iterations.numpy()) == pause_at:
             Path(f"{log_path}.paused").touch()
             deadline = time.monotonic() + 120
             while not Path(f"{log_path}.go").exists() and time.monotonic() < deadline:
                 time.sleep(0.01)
 
-    def on_train_batch_end(self, batch, logs=None):
+    def on_train_batch_end(self, batch: int, logs: dict | None = None) -> None:
         digest = hashlib.sha256(b"".join(w.tobytes() for w in self.model.get_weights()))
         step = int(self.model.optimizer.iterations.numpy())
         with log_path.open("a") as log:
             print(step, digest.hexdigest()[:16], file=log)
 
-    def on_epoch_end(self, epoch, logs=None):
+    def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
         with log_path.open("a") as log:
             print("epoch", epoch, float(logs["loss"]).hex(), file=log)
 
