@@ -11,10 +11,13 @@ from __future__ import annotations
 import atexit
 import math
 import os
+import shutil
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any, NoReturn
 
 from tiresias_launch import EXIT_CHECKPOINTED
@@ -138,23 +141,38 @@ class Runtime:
         self,
         step: int,
         described: Sequence[str],
-        write: Callable[[Any], None],
+        write: Callable[[Path], None],
         position: dict[str, Any] | None = None,
+        every_rank_writes: bool = False,
     ) -> Checkpoint | None:
-        """Chief: write a checkpoint of ``step`` unless nothing ran since the last restore."""
-        if not self.env.is_chief or step == self.restored_step:
-            return None
-        t0 = time.perf_counter()
-        ckpt = self.store.save(step, described, write, position)
-        self.reporter.note(
-            checkpoint={
-                "seconds": time.perf_counter() - t0,
-                "bytes": ckpt.manifest.bytes,
-                "step": step,
-            }
-        )
+        """Write a checkpoint of ``step``; only the chief's is kept. ``every_rank_writes``:
+        the framework needs all ranks in the save (MultiWorkerMirroredStrategy), so the
+        others write into a scratch directory that is deleted. Callers check
+        :meth:`needs_save` first."""
+        ckpt = None
+        if self.env.is_chief:
+            t0 = time.perf_counter()
+            ckpt = self.store.save(step, described, write, position)
+            self.reporter.note(
+                checkpoint={
+                    "seconds": time.perf_counter() - t0,
+                    "bytes": ckpt.manifest.bytes,
+                    "step": step,
+                }
+            )
+        elif every_rank_writes:
+            scratch = Path(tempfile.mkdtemp(prefix="tiresias-scratch-"))
+            try:
+                write(scratch)
+            finally:
+                shutil.rmtree(scratch, ignore_errors=True)
         self.restored_step = step
         return ckpt
+
+    def needs_save(self, step: int) -> bool:
+        """False when nothing ran since the last restore or save: that checkpoint is current
+        (every rank must skip together, or a collective save would hang)."""
+        return step != self.restored_step
 
     def stop(self, save: Callable[[], object]) -> NoReturn:
         """Checkpoint (through ``save``), wait for the gang, and exit with EXIT_CHECKPOINTED."""

@@ -16,8 +16,6 @@ from __future__ import annotations
 import functools
 import pickle
 import random
-import shutil
-import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -185,19 +183,18 @@ class Checkpointer:
         s: tf.distribute.Strategy | None = None,
     ) -> Checkpoint | None:
         """Write a checkpoint of ``step``; only the chief's copy is kept."""
-        env = rt.env
-        if env.mode == "ps":  # every scheduled step must have reached the parameter servers
+        if not rt.needs_save(step):
+            return None
+        if rt.env.mode == "ps":  # every scheduled step must have reached the parameter servers
             s = s or self.strategy or strategy()
             tf.distribute.experimental.coordinator.ClusterCoordinator(s).join()
-        if env.mode == "allreduce" and not env.is_chief:
-            # MultiWorkerMirroredStrategy needs every worker in the save; keep only the chief's.
-            scratch = Path(tempfile.mkdtemp(prefix="tiresias-scratch-"))
-            try:
-                self._write(scratch)
-            finally:
-                shutil.rmtree(scratch, ignore_errors=True)
-            return None
-        return rt.save(step, self.described, self._write, position)
+        return rt.save(
+            step,
+            self.described,
+            self._write,
+            position,
+            every_rank_writes=rt.env.mode == "allreduce",
+        )
 
     def _write(self, directory: Path) -> None:
         self._checkpoint.write(str(directory / "state"))
