@@ -114,3 +114,17 @@ def test_damaged_newest_checkpoint_falls_back_to_previous(
     assert resumed.step == 2
     for a, b in zip(at_two, model2.get_weights(), strict=True):
         assert (a == b).all()
+
+
+def test_preempted_before_any_new_step_keeps_the_restored_checkpoint(
+    runtime: Runtime, tfm: SimpleNamespace
+) -> None:
+    model, optimizer, train_step = _trainer(tfm)
+    state = tfm.launch.State(model=model, optimizer=optimizer)
+    runtime.flag.set()  # e.g. SIGTERM during start-up
+    with pytest.raises(Exited) as exited:
+        for _ in state.steps(10):
+            train_step()
+    assert exited.value.code == EXIT_CHECKPOINTED
+    assert runtime.store.complete() == []  # nothing ran, so nothing new was written
+    assert int(optimizer.iterations.numpy()) == 0
