@@ -80,25 +80,29 @@ def main() -> int:
             tmp.write_text(str(step))
             tmp.rename(ckpt)
 
-    while step < args.steps:
-        if stop:
-            save()
-            print(f"checkpointed at step {step}", flush=True)
-            return EXIT_CHECKPOINTED
-        if args.step_time:
-            time.sleep(args.step_time)
-        step += 1
-        print(f"step {step}", flush=True)
+    try:
+        while step < args.steps:
+            if stop:
+                save()
+                print(f"checkpointed at step {step}", flush=True)
+                return EXIT_CHECKPOINTED
+            if args.step_time:
+                time.sleep(args.step_time)
+            step += 1
+            print(f"step {step}", flush=True)
+            if reporter is not None:
+                reporter.step_done(step, args.step_time)
+            if args.checkpoint_every and step % args.checkpoint_every == 0:
+                save()
+                print(f"saved step {step}", flush=True)
+            if step == args.fail_at:
+                print(f"failing at step {step}", flush=True)
+                return 3
+        print(f"done after {step} steps", flush=True)
+        return 0
+    finally:
         if reporter is not None:
-            reporter.step_done(step, args.step_time)
-        if args.checkpoint_every and step % args.checkpoint_every == 0:
-            save()
-            print(f"saved step {step}", flush=True)
-        if step == args.fail_at:
-            print(f"failing at step {step}", flush=True)
-            return 3
-    print(f"done after {step} steps", flush=True)
-    return 0
+            reporter.close()  # the last report, so short runs are counted too
 
 
 if __name__ == "__main__":

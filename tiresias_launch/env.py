@@ -27,6 +27,7 @@ PREEMPT_SIGNAL = "TIRESIAS_PREEMPT_SIGNAL"
 GPUS = "TIRESIAS_GPUS"
 KEEP_CHECKPOINTS = "TIRESIAS_KEEP_CHECKPOINTS"
 HOROVOD_HOSTS = "TIRESIAS_HOROVOD_HOSTS"
+CURVE_KEYS = "TIRESIAS_CURVE_KEYS"  # CURVE key directory when the coordinator requires keys
 
 ROLES = ("chief", "worker", "ps")
 MODES = ("single", "ps", "allreduce", "horovod")
@@ -55,6 +56,7 @@ class LaunchEnv:
     gpus: int
     keep_checkpoints: int
     tf_config: Mapping[str, object] | None
+    curve_keys: Path | None = None
 
     @property
     def is_chief(self) -> bool:
@@ -159,4 +161,5 @@ def parse(env: Mapping[str, str] | None = None) -> LaunchEnv:
         gpus=_int(env, GPUS, 0),
         keep_checkpoints=_int(env, KEEP_CHECKPOINTS, 3, minimum=1),
         tf_config=_tf_config(env),
+        curve_keys=Path(env[CURVE_KEYS]) if env.get(CURVE_KEYS) else None,
     )

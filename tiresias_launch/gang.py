@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tiresias_launch import env as E
+from tiresias_launch.gloo import RENDEZVOUS_WAIT_SECONDS
 
 
 @dataclass(frozen=True)
@@ -199,6 +200,9 @@ def _horovod(
         "HOROVOD_GLOO_RENDEZVOUS_PORT": str(ports(rendezvous_node)),
         "HOROVOD_CONTROLLER": "gloo",
         "HOROVOD_CPU_OPERATIONS": "gloo",
+        # Gloo's default 30 s is shorter than a loaded node's TensorFlow import: ranks that
+        # start 40 s apart abort with gloo::IoException (measured here).
+        "HOROVOD_GLOO_TIMEOUT_SECONDS": str(int(RENDEZVOUS_WAIT_SECONDS)),
         "HOROVOD_SIZE": str(len(slots)),
         E.HOROVOD_HOSTS: ",".join(f"{hosts.get(n, n)}:{len(per_node[n])}" for n in nodes),
     }

@@ -19,6 +19,7 @@ from typing import Any
 import msgpack
 import zmq
 
+from coordinator.service.keys import ClientKeys
 from tiresias_launch.env import LaunchEnv
 
 PROTOCOL_VERSION = 1
@@ -148,6 +149,8 @@ class Reporter:
         sock = ctx.socket(zmq.DEALER)
         sock.setsockopt(zmq.IMMEDIATE, 1)  # never queue inside zmq for an absent peer
         sock.setsockopt(zmq.LINGER, 1000)
+        if self.env.curve_keys is not None:
+            ClientKeys.load(self.env.curve_keys).apply(sock)
         sock.connect(self.env.coordinator or "")
         try:
             while True:

@@ -80,6 +80,8 @@ def test_horovod_ranks_match_gloo_run_layout() -> None:
     assert [e["HOROVOD_CROSS_RANK"] for e in env] == ["0", "0", "1"]
     assert [e["HOROVOD_CROSS_SIZE"] for e in env] == ["2", "1", "2"]
     assert {e["HOROVOD_GLOO_RENDEZVOUS_ADDR"] for e in env} == {"10.0.0.1"}
+    # ranks of a loaded node may start minutes apart; Gloo's default 30 s would abort them
+    assert {e["HOROVOD_GLOO_TIMEOUT_SECONDS"] for e in env} == {"300"}
     assert len({e["HOROVOD_GLOO_RENDEZVOUS_PORT"] for e in env}) == 1
     assert env[0]["TIRESIAS_HOROVOD_HOSTS"] == "10.0.0.1:2,10.0.0.2:1"
     assert "TIRESIAS_COORDINATOR" not in env[0]

@@ -9,9 +9,9 @@ import pytest
 import zmq.auth
 
 from coordinator.service.client import Client, RequestError
-from coordinator.service.keys import ClientKeys
+from coordinator.service.keys import KEYS_ENV, ClientKeys
 
-from .conftest import Cluster
+from .conftest import Cluster, wait_until
 
 
 def test_curve_refuses_unauthorized_clients_and_agents(cluster: Cluster) -> None:
@@ -59,3 +59,13 @@ def test_curve_refuses_unauthorized_clients_and_agents(cluster: Cluster) -> None
     )
     assert '"member"' in cli.stdout and "intruder" not in cli.stdout
     assert cluster.agents["intruder"].poll() is None  # it keeps knocking, unheard
+
+    # a job's runtime reports through the same keys (the agent hands it the key directory)
+    cluster.env[KEYS_ENV] = str(keys)  # for `tiresias submit`
+    job = cluster.submit("--steps", "5", "--step-time", "0.05")
+    wait_until(lambda: cluster.state_of(job) == "completed", 30, "the keyed job to complete")
+    wait_until(
+        lambda: cluster.job(job)["progress"].get("iterations", 0) > 0,
+        10,
+        "the job's progress reports to arrive through CURVE",
+    )
