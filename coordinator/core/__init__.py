@@ -38,6 +38,7 @@ from coordinator.core.placement import (
     DEFAULT_PACKLIMIT,
     PLACEMENT_NAMES,
     Placement,
+    default_placement,
     make_placement,
 )
 from coordinator.core.policies import POLICY_NAMES, Policy, make_policy
@@ -65,6 +66,7 @@ __all__ = [
     "SchedulerConfig",
     "ServiceDistribution",
     "Start",
+    "default_placement",
     "make_placement",
     "make_policy",
 ]

@@ -137,6 +137,20 @@ _PLACEMENTS: dict[str, type[Placement]] = {
     p.name: p for p in (Consolidate, Spread, YarnStrict, SkewAware)
 }
 PLACEMENT_NAMES: tuple[str, ...] = tuple(_PLACEMENTS)
+# Placement each policy gets unless told otherwise, in the simulator and the service alike:
+# YARN's strict consolidation for the YARN baselines, skew-aware for Tiresias (§3.3), plain
+# consolidation for the rest.
+_DEFAULT_PLACEMENTS = {
+    "yarn-cs": "yarn",
+    "best-effort": "yarn",
+    "tiresias-l": "skew",
+    "tiresias-g": "skew",
+}
+
+
+def default_placement(policy: str) -> str:
+    """The placement a policy runs with when none is configured."""
+    return _DEFAULT_PLACEMENTS.get(policy, "consolidate")
 
 
 def make_placement(name: str, *, packlimit: float = DEFAULT_PACKLIMIT) -> Placement:

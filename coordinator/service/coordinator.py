@@ -68,7 +68,7 @@ class Options:
     bind: str = "tcp://127.0.0.1:5555"
     state: Path = Path("tiresias-state")
     policy: str = "tiresias-l"
-    placement: str = "skew"
+    placement: str | None = None  # None: the policy's default placement
     thresholds: list[float] = field(default_factory=lambda: [3600.0])
     promote_knob: float = float("inf")
     packlimit: float | None = None
@@ -864,7 +864,12 @@ def parser() -> argparse.ArgumentParser:
         help="scheduling policy: tiresias-l (2D-LAS), tiresias-g (2D-Gittins), las, "
         "fifo/yarn-cs, … (default %(default)s)",
     )
-    ap.add_argument("--placement", default=Options.placement, help="placement (default skew)")
+    ap.add_argument(
+        "--placement",
+        default=Options.placement,
+        help="placement: consolidate, spread, yarn or skew (default: the policy's own, skew "
+        "for tiresias-l/-g, yarn for yarn-cs/best-effort, else consolidate)",
+    )
     ap.add_argument(
         "--thresholds",
         type=comma_floats,

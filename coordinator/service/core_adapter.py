@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 from coordinator.core.config import SchedulerConfig
 from coordinator.core.gittins import ServiceDistribution
 from coordinator.core.model import ExitOutcome, JobSpec, Node
-from coordinator.core.placement import make_placement
+from coordinator.core.placement import default_placement, make_placement
 from coordinator.core.policies import Policy, make_policy
 from coordinator.core.scheduler import Scheduler
 
@@ -26,9 +26,10 @@ def _policy(opts: Options) -> Policy:
 
 
 def _placement(opts: Options) -> Any:
+    name = opts.placement or default_placement(opts.policy)
     if opts.packlimit is None:
-        return make_placement(opts.placement)
-    return make_placement(opts.placement, packlimit=opts.packlimit)
+        return make_placement(name)
+    return make_placement(name, packlimit=opts.packlimit)
 
 
 def build_scheduler(opts: Options) -> Scheduler:

@@ -21,6 +21,7 @@ from coordinator.core import (
     Scheduler,
     SchedulerConfig,
     ServiceDistribution,
+    default_placement,
     make_placement,
     make_policy,
 )
@@ -39,14 +40,6 @@ from coordinator.sim.profiles import DEFAULT_PROFILE, profile
 # Same-instant order: free GPUs first, then let new jobs in, then schedule.
 _COMPLETE, _CHECKPOINTED = 0, 1
 _MAX_PASSES_PER_INSTANT = 10_000
-# Placement each policy gets unless --placement says otherwise: YARN's strict consolidation
-# for the YARN baselines, skew-aware for Tiresias (§3.3), plain consolidation for the rest.
-DEFAULT_PLACEMENTS = {
-    "yarn-cs": "yarn",
-    "best-effort": "yarn",
-    "tiresias-l": "skew",
-    "tiresias-g": "skew",
-}
 
 
 @dataclass(frozen=True)
@@ -333,7 +326,7 @@ def build_scheduler(
     elif policy == "las" and opts.interval:
         params["crossings"] = False  # a fixed interval replaces exact crossing times
     packlimit = opts.packlimit if opts.packlimit is not None else DEFAULT_PACKLIMIT
-    name = opts.placement or DEFAULT_PLACEMENTS.get(policy, "consolidate")
+    name = opts.placement or default_placement(policy)
     placement = make_placement(name, packlimit=packlimit)
     return Scheduler(
         nodes, policy=make_policy(policy, **params), placement=placement, config=config
