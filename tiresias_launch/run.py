@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from coordinator.cli import follow_logs, log_writer
+from coordinator.core.config import DEFAULT_QUEUE_THRESHOLDS
 from coordinator.service.agent import Agent, discover_gpus, nvml_gpus
 from coordinator.service.client import Client, RequestError, client_keys
 from coordinator.service.coordinator import Coordinator, Options, comma_floats
@@ -104,7 +105,7 @@ def parser() -> argparse.ArgumentParser:
         type=comma_floats,
         default=None,
         help="embedded mode: queue thresholds on attained GPU-seconds, comma-separated "
-        "(default 3600)",
+        f"(default {DEFAULT_QUEUE_THRESHOLDS[0]:g})",
     )
     ap.add_argument("--curve-keys", default=None, help="CURVE key directory")
     ap.add_argument("--name", default=None, help="job name")

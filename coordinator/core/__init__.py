@@ -3,9 +3,10 @@ randomness. The CONTRACT is in ``coordinator.core.scheduler``.
 
 Decisions taken here (each also documented where it is implemented):
 
-- Queues: default K = 2 with Q_1^hi = 3600 GPU-seconds (``DEFAULT_QUEUE_THRESHOLDS``); a job
-  is in queue i while Q_i ≤ W_J × t_J < Q_{i+1}, so it is demoted at the exact moment its
-  attained service reaches a threshold (``next_wakeup`` returns that moment).
+- Queues: default K = 2 with Q_1^hi = 36000 GPU-seconds, 10 GPU-hours
+  (``DEFAULT_QUEUE_THRESHOLDS``, chosen by simulation on Philly); a job is in queue i while
+  Q_i ≤ W_J × t_J < Q_{i+1}, so it is demoted at the exact moment its attained service
+  reaches a threshold (``next_wakeup`` returns that moment).
 - Inside a 2D-LAS queue: jobs that have started, FIFO by first start time, then never-started
   jobs by arrival; a newcomer therefore never preempts a job of its own queue.
 - Starvation: δ_J counts from the moment a job stopped (preempted) or was submitted; at

@@ -12,7 +12,11 @@ from coordinator.core.model import CoreError
 #: short (debugging, tuning) jobs from long training runs: in the Philly trace most jobs use
 #: one GPU and the median runs about 19 minutes. Configure per cluster; the paper studies the
 #: sensitivity to K and to the thresholds.
-DEFAULT_QUEUE_THRESHOLDS: tuple[float, ...] = (3600.0,)
+# One threshold at 10 GPU-hours. Measured with tiresias-sim on two Philly slices (10 weeks on
+# 40x8, 5 weeks on 32x8): 1 GPU-hour puts every large short job behind month-long ones in
+# the FIFO last queue (average JCT 2.6-3.1x worse); 100 GPU-hours lets long jobs delay short
+# ones (median 2-4x worse). See docs/simulator.md.
+DEFAULT_QUEUE_THRESHOLDS: tuple[float, ...] = (36000.0,)
 
 
 @dataclass(frozen=True)

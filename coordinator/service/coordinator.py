@@ -26,6 +26,7 @@ import zmq
 import zmq.auth.thread
 
 from coordinator import protocol
+from coordinator.core.config import DEFAULT_QUEUE_THRESHOLDS
 from coordinator.core.model import (
     CoreError,
     Decision,
@@ -69,7 +70,7 @@ class Options:
     state: Path = Path("tiresias-state")
     policy: str = "tiresias-l"
     placement: str | None = None  # None: the policy's default placement
-    thresholds: list[float] = field(default_factory=lambda: [3600.0])
+    thresholds: list[float] = field(default_factory=lambda: list(DEFAULT_QUEUE_THRESHOLDS))
     promote_knob: float = float("inf")
     packlimit: float | None = None
     interval: float = 0.0
@@ -873,9 +874,9 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument(
         "--thresholds",
         type=comma_floats,
-        default=[3600.0],
+        default=list(DEFAULT_QUEUE_THRESHOLDS),
         help="queue thresholds on attained GPU-seconds, comma-separated "
-        "(K-1 values for K queues; default 3600)",
+        f"(K-1 values for K queues; default {DEFAULT_QUEUE_THRESHOLDS[0]:g})",
     )
     ap.add_argument(
         "--promote-knob",

@@ -119,7 +119,7 @@ def test_start_takes_all_gpus_and_fifo_within_queue() -> None:
     s.submit(spec("b", 1, arrival=1), 1)
     # same queue: the started job keeps its GPUs, the newcomer waits (no head-of-queue churn)
     assert s.schedule(1) == []
-    assert s.next_wakeup(1) == 3600.0 / 2  # a's demotion: default Q_1^hi = 3600 GPU-s
+    assert s.next_wakeup(1) == 36000.0 / 2  # a's demotion: default Q_1^hi = 36000 GPU-s
 
 
 def test_demotion_at_exact_crossing_then_preemption() -> None:
