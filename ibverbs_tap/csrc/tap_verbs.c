@@ -141,6 +141,16 @@ static inline void account_or_drop(int peer, int dir, uint64_t n)
         tap_drop(n);
 }
 
+/* Receive work requests the driver accepted: all of them, or those before *bad on failure. */
+static inline uint64_t recvs_accepted(struct ibv_recv_wr *wr, int rc, struct ibv_recv_wr **bad)
+{
+    struct ibv_recv_wr *stop = rc && bad ? *bad : NULL;
+    uint64_t posted = 0;
+    for (struct ibv_recv_wr *w = wr; w && w != stop; w = w->next)
+        posted++;
+    return posted;
+}
+
 static int tap_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad)
 {
     struct ctx_slot *s = find_ctx(qp->context);
@@ -168,10 +178,7 @@ static int tap_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr, struct ibv_r
     int rc = s->post_recv(qp, wr, bad);
     if (!tap_hdr)
         return rc;
-    struct ibv_recv_wr *stop = rc && bad ? *bad : NULL;
-    uint64_t posted = 0;
-    for (struct ibv_recv_wr *w = wr; w && w != stop; w = w->next)
-        posted++;
+    uint64_t posted = recvs_accepted(wr, rc, bad);
     int peer = qp_peer(qp->context, qp->qp_num);
     if (peer >= 0)
         atomic_fetch_add_explicit(&tap_peers[peer].recv_posted, posted, memory_order_relaxed);
@@ -187,10 +194,7 @@ static int tap_post_srq_recv(struct ibv_srq *srq, struct ibv_recv_wr *wr,
     int rc = s->post_srq_recv(srq, wr, bad);
     if (!tap_hdr)
         return rc;
-    struct ibv_recv_wr *stop = rc && bad ? *bad : NULL;
-    uint64_t posted = 0;
-    for (struct ibv_recv_wr *w = wr; w && w != stop; w = w->next)
-        posted++;
+    uint64_t posted = recvs_accepted(wr, rc, bad);
     atomic_fetch_add_explicit(&tap_hdr->srq_recv_posted, posted, memory_order_relaxed);
     return rc;
 }
