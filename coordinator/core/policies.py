@@ -4,10 +4,11 @@ preemptive) by a sort key; the scheduler merges the two orders to select jobs.
 Keys end with the job id, and every key breaks ties by arrival then job id, so orders are
 deterministic. Waiting jobs' keys are fixed (their service does not change; a policy whose
 keys depend on something else re-files them when it changes) and live in an incrementally
-sorted list. Running jobs whose key stays fixed while they run (2D-LAS queues) live in another,
-with a parallel list of GPU counts so the scheduler can sum a run of them at C speed; running
-jobs with time-dependent keys (LAS, SRTF, Gandiva, Gittins queues) are sorted at each pass,
-which costs O(running jobs), never O(all jobs ever seen).
+sorted list. Running jobs whose key stays fixed while they run, or changes only at known
+times when a timer re-files it (2D-LAS queues, Gandiva slices, LAS with an interval), live in
+another, with a parallel list of GPU counts so the scheduler can sum a run of them at C speed;
+running jobs with keys that follow the clock (exact LAS, SRTF, Gittins queues) are sorted at
+each pass, which costs O(running jobs), never O(all jobs ever seen).
 """
 
 from __future__ import annotations
@@ -148,67 +149,77 @@ def _fifo_by_start(job: Job) -> Key:
     return (0, job.first_start, s.arrival, s.job_id)
 
 
-_DEMOTE, _PROMOTE = 0, 1
-
-
-class _Queued(Policy):
-    """K queues on attained service W_J × t_J. A running job moves down when it reaches the
-    next threshold (exact crossing times in a heap; a timer is valid only while recomputing it
-    from the job gives the same time, so stale ones are dropped lazily). A waiting job with
-    δ_J ≥ PROMOTEKNOB × t_J goes back to queue 0 with t_J and δ_J reset."""
+class _Timed(Policy):
+    """A policy whose keys change only at times known from the job's fields: ``changed``
+    files a timer for a job's next change, ``refresh`` applies the due ones. A timer is valid
+    only while recomputing it from the job gives the same (time, kind), so stale ones are
+    dropped lazily."""
 
     def bind(self, config: SchedulerConfig) -> None:
         super().bind(config)
         self._timers: list[tuple[float, str, int]] = []
 
-    def _crossing(self, job: Job) -> float:
-        assert job.last_start is not None
-        return job.last_start + (self.config.queue_thresholds[job.queue] / job.gpus - job.executed)
+    @abstractmethod
+    def _next_change(self, job: Job) -> tuple[float, int] | None:
+        """(time, kind) of ``job``'s next key change while it stays filed as it is."""
 
-    def _promotion(self, job: Job) -> float:
-        assert job.wait_since is not None
-        return job.wait_since + self.config.promote_knob * job.executed
-
-    def _due(self, t: float, job_id: str, kind: int) -> Job | None:
-        job = self._members.get(job_id)
-        if job is None:
-            return None
-        if kind == _DEMOTE:
-            ok = (job.state is JobState.RUNNING and job.queue < self.config.queues - 1
-                  and self._crossing(job) == t)
-        else:
-            ok = job.state is JobState.WAITING and job.queue > 0 and self._promotion(job) == t
-        return job if ok else None
+    def _apply(self, job: Job, kind: int, t: float) -> None:
+        """Change ``job`` when its timer of ``kind``, due at ``t``, fires (it is re-filed
+        after)."""
 
     def changed(self, job: Job, now: float) -> None:
         super().changed(job, now)
-        if job.state is JobState.RUNNING and job.queue < self.config.queues - 1:
-            heapq.heappush(self._timers, (self._crossing(job), job.job_id, _DEMOTE))
-        elif (job.state is JobState.WAITING and job.queue > 0
-              and math.isfinite(self.config.promote_knob)):
-            heapq.heappush(self._timers, (self._promotion(job), job.job_id, _PROMOTE))
+        if job.job_id in self._members and (nxt := self._next_change(job)) is not None:
+            heapq.heappush(self._timers, (nxt[0], job.job_id, nxt[1]))
+
+    def _due(self, t: float, job_id: str, kind: int) -> Job | None:
+        job = self._members.get(job_id)
+        return job if job is not None and self._next_change(job) == (t, kind) else None
 
     def refresh(self, now: float) -> None:
         timers = self._timers
         while timers and timers[0][0] <= now:
             t, job_id, kind = heapq.heappop(timers)
             job = self._due(t, job_id, kind)
-            if job is None:
-                continue
-            if kind == _DEMOTE:
-                job.queue += 1
-            else:
-                job.queue = 0
-                job.executed = 0.0
-                job.wait_since = t
-                job.promotions += 1
-            self.changed(job, now)
+            if job is not None:
+                self._apply(job, kind, t)
+                self.changed(job, now)
 
     def next_wakeup(self, now: float) -> float | None:
         timers = self._timers
         while timers and self._due(*timers[0]) is None:
             heapq.heappop(timers)
         return timers[0][0] if timers else None
+
+
+_DEMOTE, _PROMOTE = 0, 1
+
+
+class _Queued(_Timed):
+    """K queues on attained service W_J × t_J. A running job moves down at the exact time it
+    reaches the next threshold. A waiting job with δ_J ≥ PROMOTEKNOB × t_J goes back to queue
+    0 with t_J and δ_J reset."""
+
+    def _next_change(self, job: Job) -> tuple[float, int] | None:
+        last = self.config.queues - 1
+        if job.state is JobState.RUNNING and job.queue < last:
+            assert job.last_start is not None
+            crossing = self.config.queue_thresholds[job.queue] / job.gpus - job.executed
+            return job.last_start + crossing, _DEMOTE
+        if job.state is JobState.WAITING and job.queue > 0 and math.isfinite(
+                self.config.promote_knob):
+            assert job.wait_since is not None
+            return job.wait_since + self.config.promote_knob * job.executed, _PROMOTE
+        return None
+
+    def _apply(self, job: Job, kind: int, t: float) -> None:
+        if kind == _DEMOTE:
+            job.queue += 1
+        else:
+            job.queue = 0
+            job.executed = 0.0
+            job.wait_since = t
+            job.promotions += 1
 
 
 class TiresiasL(_Queued):
@@ -298,11 +309,15 @@ class Las(Policy):
     seconds of its own service (its key is its attained service minus W_J × quantum).
     Without that hysteresis, jobs of equal service would swap at every rounding step
     (processor sharing has no all-or-nothing analogue); with it, every turn lasts at least
-    ``quantum``. With an interval, priorities are re-evaluated at events and every interval
-    only, by attained service alone: the paper's Figure 7 model ("priorities re-evaluated
-    every time unit"), where the interval itself bounds the turns. ``crossings`` forces one
-    mode or the other (None: event-driven exactly when there is no interval). Ties go to the
-    earlier (arrival, id)."""
+    ``quantum``. With an interval, priorities are re-evaluated every interval, by attained
+    service alone: the paper's Figure 7 model ("priorities re-evaluated every time unit"). A
+    running job's priority is its service at the last tick (a multiple of the interval), so
+    between ticks an arrival or a completion starts or preempts jobs against those frozen
+    priorities, and the interval bounds the turns: without the freeze, jobs of equal service
+    would swap at every event (millions of hand-offs a week on a loaded cluster). Frozen keys
+    also keep running jobs in the sorted list between ticks. ``crossings`` forces one mode or
+    the other (None: event-driven exactly when there is no interval). Ties go to the earlier
+    (arrival, id)."""
 
     name = "las"
 
@@ -316,11 +331,32 @@ class Las(Policy):
         super().bind(config)
         exact = config.interval == 0 if self.crossings is None else self.crossings
         self._lead = self.quantum if exact else 0.0
+        self._tick = 0.0 if exact else config.interval  # 0: keys follow the clock
+        self._keyed_tick = -math.inf  # the tick running jobs' keys were last filed at
+
+    def _last_tick(self, now: float) -> float:
+        """The latest k × interval ≤ now, computed as the scheduler computes its ticks (k ×
+        interval), so the pass at a tick sees that tick even when now / interval rounds down."""
+        k = math.floor(now / self._tick)
+        return (k + 1) * self._tick if (k + 1) * self._tick <= now else k * self._tick
+
+    def fixed_while_running(self, job: Job) -> bool:
+        return self._tick > 0
+
+    def refresh(self, now: float) -> None:
+        """Re-file running jobs once per tick, at the first pass at or after it."""
+        if self._tick > 0 and (tick := self._last_tick(now)) != self._keyed_tick:
+            self._keyed_tick = tick
+            for job in [j for j in self._members.values() if j.state is JobState.RUNNING]:
+                self.changed(job, now)
 
     def key(self, job: Job, now: float) -> Key:
         s = job.spec
         if job.last_start is None:
             return (s.gpus * job.executed, s.arrival, s.job_id)
+        if self._tick > 0:
+            ran = max(0.0, self._last_tick(now) - job.last_start)
+            return (s.gpus * (job.executed + ran), s.arrival, s.job_id)
         return (s.gpus * (job.executed + (now - job.last_start) - self._lead),
                 s.arrival, s.job_id)
 
@@ -398,12 +434,14 @@ class SmallestFirst(Policy):
         return (job.gpus, job.spec.arrival, job.job_id)
 
 
-class Gandiva(Policy):
+class Gandiva(_Timed):
     """Gandiva-style time sharing. A running job keeps its GPUs for at least ``quantum``
     seconds per turn; after that, when jobs wait, it yields to them. Order: running jobs still
     inside their slice, then waiting jobs least recently served first (longest wait), then
     running jobs past their slice (most recently started first keeps its GPUs). Without
-    waiting jobs nobody is preempted. Gandiva's packing/migration is not modelled."""
+    waiting jobs nobody is preempted. A running job's key changes once, when its slice ends
+    (a timer re-files it), so running jobs stay in the sorted list. Gandiva's
+    packing/migration is not modelled."""
 
     name = "gandiva"
 
@@ -412,21 +450,28 @@ class Gandiva(Policy):
             raise CoreError(f"gandiva quantum must be > 0, got {quantum}")
         self.quantum = quantum
 
+    def fixed_while_running(self, job: Job) -> bool:
+        return True
+
     def key(self, job: Job, now: float) -> Key:
         s = job.spec
         if job.last_start is None:  # not running
             wait = s.arrival if job.wait_since is None else job.wait_since
             return (1, wait, s.arrival, s.job_id)
-        if now - job.last_start < self.quantum:
+        if now < job.last_start + self.quantum:  # computed as the timer's time is
             return (0, job.last_start, s.arrival, s.job_id)
         return (2, -job.last_start, s.arrival, s.job_id)
 
+    def _next_change(self, job: Job) -> tuple[float, int] | None:
+        """A running job filed inside its slice changes when the slice ends."""
+        filed = self._filed.get(job.job_id)
+        if job.state is JobState.RUNNING and filed is not None and filed[0] == 0:
+            assert job.last_start is not None
+            return job.last_start + self.quantum, 0
+        return None
+
     def next_wakeup(self, now: float) -> float | None:
-        if not self._waiting:
-            return None
-        ends = [t for j in self._running_dyn.values()
-                if (t := j.last_start + self.quantum) > now]  # type: ignore[operator]
-        return min(ends, default=None)
+        return super().next_wakeup(now) if self._waiting else None
 
 
 _POLICIES: dict[str, type[Policy]] = {

@@ -302,9 +302,19 @@ def test_las_with_interval_reevaluates_at_ticks_only() -> None:
     s.submit(spec("a", 1), 0)
     settle(s, 0)
     s.submit(spec("b", 1, arrival=0.5), 0.5)
-    assert preempted(settle(s, 0.5)) == ["a"]  # events still re-evaluate: 0.5 > 0 GPU-s
-    assert s.next_wakeup(0.5) == 2.0  # b passes a at 1.0, but only ticks wake the policy
-    assert started(settle(s, 2.0)) == ["a"]
+    assert settle(s, 0.5) == []  # a's priority is its service at the last tick: 0, a tie
+    assert s.next_wakeup(0.5) == 2.0  # only ticks wake the policy
+    d = settle(s, 2.0)
+    assert preempted(d) == ["a"] and started(d) == ["b"]  # a had 2 GPU-s at the tick
+    s.submit(spec("c", 1, arrival=3.0), 3.0)
+    assert settle(s, 3.0) == []  # b started at the tick: 0 GPU-s until the next one
+    d = settle(s, 4.0)
+    assert preempted(d) == ["b"] and started(d) == ["c"]  # a 2, b 2, c 0
+    d = settle(s, 6.0)
+    assert preempted(d) == ["c"] and started(d) == ["a"]  # all at 2: a arrived first
+    s.submit(spec("d", 1, arrival=7.0), 7.0)
+    d = settle(s, 7.0)  # a newcomer preempts between ticks: a had 2 GPU-s at tick 6
+    assert preempted(d) == ["a"] and started(d) == ["d"]
     forced = Scheduler([Node("n", (0,))], make_policy("las", quantum=3.0, crossings=True),
                        config=SchedulerConfig(interval=2.0))
     forced.submit(spec("a", 1), 0)

@@ -9,8 +9,8 @@ compares. Far below 1 every policy looks alike; far above it JCT is all backlog.
 Each policy runs in its own process with a time budget; one that does not finish in time is
 listed as such instead of holding the whole table hostage. Time-sharing policies are the
 risk: continuous LAS switches between jobs of equal attained service at every crossing, so it
-runs with a re-evaluation interval here (``--las-interval``), and Gandiva preempts at every
-slice end.
+runs with a re-evaluation interval here (``--las-interval``: running jobs' priorities are
+their attained service at the last tick), and Gandiva preempts at every slice end.
 
     nice -n 10 python tools/reproduce/table5.py [--trace …/philly.csv] [--policy P …]
 """
@@ -75,7 +75,8 @@ def main() -> int:
         "--las-interval",
         type=float,
         default=3600,
-        help="las re-evaluates at events and every S s, not at exact crossings (3600; 0: exact)",
+        help="las re-evaluates priorities every S s (running jobs keep their service at the "
+        "last tick in between), not at exact crossings (3600; 0: exact)",
     )
     p.add_argument("--out", type=Path, default=ROOT / "docs" / "results" / "table5.md")
     args = p.parse_args()
@@ -115,7 +116,7 @@ def main() -> int:
         f"{intro}. Core defaults for every knob (one queue threshold at "
         f"{DEFAULT_QUEUE_THRESHOLDS[0]:g} GPU-s, no "
         "starvation promotion); no preemption cost; each policy's default placement; `las` "
-        f"re-evaluated at events and every {args.las_interval:g} s. "
+        f"priorities re-evaluated every {args.las_interval:g} s. "
         f"Jobs larger than the cluster: {len(results[0].skipped)}.\n\n"
         f"{format_report(results, bins, markdown=True)}\n\n"
         "Simulation time per policy (2 shared cores):\n\n" + "\n".join(notes) + "\n"
