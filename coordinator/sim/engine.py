@@ -62,6 +62,9 @@ class SimOptions:
     preempt_cost: float | Literal["model"] | None = None
     # Run-time multiplier (≥ 1) for a job with skew above PACKLIMIT placed on > 1 machine.
     packing_slowdown: float | None = None
+    # Keep every decision with its time in SimResult.decisions (tests compare orders). Off by
+    # default: on a long trace a time-sharing policy's log alone takes a gigabyte.
+    keep_decisions: bool = False
 
 
 @dataclass
@@ -90,7 +93,7 @@ class SimResult:
     options: SimOptions
     gpus: int  # GPUs in the cluster
     jobs: list[JobRecord]  # completed jobs, in arrival order
-    decisions: list[tuple[float, Decision]]  # every decision with its time, in order
+    decisions: list[tuple[float, Decision]]  # with keep_decisions: each with its time, in order
     skipped: list[tuple[str, str]] = field(default_factory=list)  # (job id, core's reason)
     passes: int = 0  # Scheduler.schedule calls
     busy_gpu_seconds: float = 0.0  # GPUs held by jobs (running or checkpointing)
@@ -251,8 +254,9 @@ class _Simulation:
             decisions = self.sched.schedule(now)
             self.result.passes += 1
             freed = False
+            if self.opts.keep_decisions:
+                self.result.decisions += [(now, d) for d in decisions]
             for d in decisions:
-                self.result.decisions.append((now, d))
                 if isinstance(d, Start):
                     self._start(self.runs[d.job_id], d, now)
                 elif isinstance(d, Preempt):

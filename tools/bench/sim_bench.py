@@ -43,7 +43,6 @@ def measure(trace: Path, cluster: str, policy: str, limit: int | None) -> dict[s
         "jobs_per_s": round(len(result.jobs) / wall),
         "passes": result.passes,
         "passes_per_s": round(result.passes / wall),
-        "decisions": len(result.decisions),
         "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
     }
 
