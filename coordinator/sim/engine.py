@@ -96,6 +96,7 @@ class SimResult:
     decisions: list[tuple[float, Decision]]  # with keep_decisions: each with its time, in order
     skipped: list[tuple[str, str]] = field(default_factory=list)  # (job id, core's reason)
     passes: int = 0  # Scheduler.schedule calls
+    events: int = 0  # arrivals, completions, checkpoint ends and policy wakeups handled
     busy_gpu_seconds: float = 0.0  # GPUs held by jobs (running or checkpointing)
 
     @property
@@ -187,10 +188,12 @@ class _Simulation:
             if t == math.inf:
                 break
             now = t
+            result.events += t == wakeup
             done = self._apply_events(now)
             while nxt < len(specs) and specs[nxt].arrival <= now:
                 done += not self._arrive(specs[nxt], now)
                 nxt += 1
+                result.events += 1
             self._schedule(now)
             if done and progress:
                 progress(done)
@@ -218,6 +221,7 @@ class _Simulation:
             if kind == _COMPLETE:
                 if version != run.version:
                     continue  # it was preempted before finishing
+                self.result.events += 1
                 self.sched.exited(job_id, now, ExitOutcome.COMPLETED)
                 self._release(run, now)
                 run.record.finish = now
@@ -225,6 +229,7 @@ class _Simulation:
                 del self.runs[job_id]
                 completed += 1
             else:
+                self.result.events += 1
                 self._checkpointed(run, now)
         return completed
 

@@ -48,6 +48,7 @@ def test_preempt_cost_holds_gpus_and_delays_resume() -> None:
                       keep_decisions=True)
     starts = [(t, d.job_id) for t, d in costly.decisions if isinstance(d, Start)]
     assert starts == [(0.0, "a"), (1.5, "b"), (3.5, "a")]
+    assert costly.events == 5  # 2 arrivals, 1 checkpoint end, 2 completions
     assert (jct(costly, "a"), jct(costly, "b")) == (13.0, 2.5)
 
 

@@ -2,8 +2,9 @@
 
 Each policy runs in a fresh child process so that its peak RSS is its own. Reports wall and
 CPU seconds (simulation only, trace parsing excluded and shown apart; CPU time is what wall
-time would be on an idle core of this shared machine), jobs/s, scheduler passes/s (wall) and
-peak RSS. Budget: tiresias-l under 60 s and 2 GB on the project's 2-core machine.
+time would be on an idle core of this shared machine), jobs/s, events/s (arrivals,
+completions, checkpoint ends and policy wakeups), scheduler passes/s (wall) and peak RSS.
+Budget: tiresias-l under 60 s and 2 GB on the project's 2-core machine.
 
     python tools/bench/sim_bench.py [--policy tiresias-l ...] [--cluster 64x8] [--limit N]
                                     [--budget SECONDS]
@@ -43,6 +44,8 @@ def measure(trace: Path, cluster: str, policy: str, limit: int | None) -> dict[s
         "jobs_per_s": round(len(result.jobs) / wall),
         "passes": result.passes,
         "passes_per_s": round(result.passes / wall),
+        "events": result.events,
+        "events_per_s": round(result.events / wall),
         "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
     }
 
@@ -60,7 +63,8 @@ def main() -> int:
         print(json.dumps(measure(args.trace, args.cluster, args.policy[0], args.limit)))
         return 0
     header = f"{'policy':<14}{'jobs':>8}{'parse s':>9}{'wall s':>9}{'CPU s':>9}{'jobs/s':>9}"
-    print(f"{header}{'passes':>10}{'passes/s':>10}{'peak RSS MB':>13}")
+    print(f"{header}{'events':>10}{'events/s':>10}{'passes':>10}{'passes/s':>10}"
+          f"{'peak RSS MB':>13}")
     for policy in args.policy or POLICY_NAMES:
         cmd = [sys.executable, __file__, "--child", "--trace", str(args.trace)]
         cmd += ["--cluster", args.cluster, "--policy", policy]
@@ -75,7 +79,8 @@ def main() -> int:
         row = json.loads(done.stdout)
         print(
             f"{policy:<14}{row['jobs']:>8}{row['parse_s']:>9}{row['wall_s']:>9}{row['cpu_s']:>9}"
-            f"{row['jobs_per_s']:>9}{row['passes']:>10}{row['passes_per_s']:>10}"
+            f"{row['jobs_per_s']:>9}{row['events']:>10}{row['events_per_s']:>10}"
+            f"{row['passes']:>10}{row['passes_per_s']:>10}"
             f"{row['peak_rss_mb']:>13}",
             flush=True,
         )
