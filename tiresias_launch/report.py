@@ -145,7 +145,10 @@ class Reporter:
             self._queue.append(msgpack.packb(msg))
 
     def _run(self) -> None:
-        ctx = zmq.Context.instance()
+        # A context of its own, terminated below: only ctx.term() waits (up to LINGER) for
+        # zmq's I/O thread to put the last report on the wire; a process that exits right
+        # after close() would otherwise drop it.
+        ctx = zmq.Context()
         sock = ctx.socket(zmq.DEALER)
         sock.setsockopt(zmq.IMMEDIATE, 1)  # never queue inside zmq for an absent peer
         sock.setsockopt(zmq.LINGER, 1000)
@@ -161,6 +164,7 @@ class Reporter:
                     return
         finally:
             sock.close()
+            ctx.term()
 
     def _send(self, sock: zmq.Socket, patience: float) -> None:
         deadline = time.monotonic() + patience

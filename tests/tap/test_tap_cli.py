@@ -53,9 +53,12 @@ def test_profile_windows_report_bytes_and_rates(sink: SinkServer) -> None:
         assert p["pid"] == pid and p["verbs_built"] and not p["verbs_seen"]
         [peer] = p["peers"]
         assert peer["address"] == f"127.0.0.1:{sink.ports[0]}"
-        # Only this window's messages: all 1000 B (bucket 9), and there were some.
+        # Only this window's messages: all 1000 B (bucket 9), and there were some. Counts and
+        # bytes are separate lock-free counters read a moment apart, so a busy stream may
+        # tear by the few messages sent during the read (docs/profiler.md, Hot path).
         [[bucket, count, nbytes]] = peer["tx"]["buckets"]
-        assert (bucket, nbytes) == (9, 1000 * count) and count > 0
+        assert bucket == 9 and count > 0
+        assert abs(nbytes - 1000 * count) <= 1000 * 64
     assert text.returncode == 0, text.stderr
     assert f"pid {pid} " in text.stdout and f"tcp 127.0.0.1:{sink.ports[0]}: tx" in text.stdout
     assert "verbs: built, no device opened" in text.stdout
