@@ -192,6 +192,13 @@ class _Timed(Policy):
         return timers[0][0] if timers else None
 
 
+def _last_tick(now: float, interval: float) -> float:
+    """The latest k × interval ≤ now, computed as the scheduler computes its ticks (k ×
+    interval), so the pass at a tick sees that tick even when now / interval rounds down."""
+    k = math.floor(now / interval)
+    return (k + 1) * interval if (k + 1) * interval <= now else k * interval
+
+
 _DEMOTE, _PROMOTE = 0, 1
 
 
@@ -241,8 +248,10 @@ class TiresiasG(_Queued):
     when ``learn``. ``variant``: "as-written" (default) or "authors" (see
     coordinator.core.gittins). Orders are re-evaluated at events, demotions, promotions and
     interval ticks; a running job whose index drops below a waiting one's between those waits
-    for the next (the index is not monotone, so there is no cheap exact crossing time; set
-    ``SchedulerConfig.interval`` to bound the delay)."""
+    for the next (the index is not monotone, so there is no cheap exact crossing time). With
+    ``SchedulerConfig.interval``, a running job's index is that of its service at the last
+    tick, as for ``Las``: the interval bounds that delay, and jobs of close indices take turns
+    at most once per tick instead of at every arrival or completion anywhere."""
 
     name = "tiresias-g"
 
@@ -275,9 +284,13 @@ class TiresiasG(_Queued):
         q = job.queue
         if q == self.config.queues - 1:
             return (q, 0.0, *_fifo_by_start(job))
-        # attained service, spelled out: this runs for every running job at every pass
-        a = job.spec.gpus * (job.executed if job.last_start is None
-                             else job.executed + (now - job.last_start))
+        # attained service, spelled out: this runs for every running job at every pass; with
+        # an interval, as of the last tick (see the class docstring)
+        if job.last_start is None:
+            a = job.spec.gpus * job.executed
+        else:
+            t = now if not self.config.interval else _last_tick(now, self.config.interval)
+            a = job.spec.gpus * (job.executed + max(0.0, t - job.last_start))
         g = self.distribution.index(a, self.config.queue_thresholds[q], self._authors)
         return (q, -g, *_fifo_by_start(job))
 
@@ -334,18 +347,12 @@ class Las(Policy):
         self._tick = 0.0 if exact else config.interval  # 0: keys follow the clock
         self._keyed_tick = -math.inf  # the tick running jobs' keys were last filed at
 
-    def _last_tick(self, now: float) -> float:
-        """The latest k × interval ≤ now, computed as the scheduler computes its ticks (k ×
-        interval), so the pass at a tick sees that tick even when now / interval rounds down."""
-        k = math.floor(now / self._tick)
-        return (k + 1) * self._tick if (k + 1) * self._tick <= now else k * self._tick
-
     def fixed_while_running(self, job: Job) -> bool:
         return self._tick > 0
 
     def refresh(self, now: float) -> None:
         """Re-file running jobs once per tick, at the first pass at or after it."""
-        if self._tick > 0 and (tick := self._last_tick(now)) != self._keyed_tick:
+        if self._tick > 0 and (tick := _last_tick(now, self._tick)) != self._keyed_tick:
             self._keyed_tick = tick
             for job in [j for j in self._members.values() if j.state is JobState.RUNNING]:
                 self.changed(job, now)
@@ -355,7 +362,7 @@ class Las(Policy):
         if job.last_start is None:
             return (s.gpus * job.executed, s.arrival, s.job_id)
         if self._tick > 0:
-            ran = max(0.0, self._last_tick(now) - job.last_start)
+            ran = max(0.0, _last_tick(now, self._tick) - job.last_start)
             return (s.gpus * (job.executed + ran), s.arrival, s.job_id)
         return (s.gpus * (job.executed + (now - job.last_start) - self._lead),
                 s.arrival, s.job_id)

@@ -890,7 +890,8 @@ def parser() -> argparse.ArgumentParser:
         type=float,
         default=0.0,
         help="also re-evaluate priorities every N seconds (default: only on events "
-        "and policy wakeups)",
+        "and policy wakeups); las and tiresias-g then rank running jobs by their service "
+        "at the last tick, so jobs of close priority swap at most once per tick",
     )
     ap.add_argument(
         "--gittins-history",

@@ -129,8 +129,8 @@ def build_parser() -> argparse.ArgumentParser:
         type=float,
         metavar="S",
         help="also re-evaluate priorities every S seconds (default: only at events and the "
-        "policy's own wakeups); las then ranks running jobs by their service at the last "
-        "tick instead of waking at exact crossings",
+        "policy's own wakeups); las and tiresias-g then rank running jobs by their service "
+        "at the last tick (las: instead of waking at exact crossings)",
     )
     s.add_argument(
         "--gittins-samples",

@@ -421,6 +421,27 @@ def test_gittins_policy_learns_and_refiles_waiting_jobs() -> None:
         make_policy("tiresias-g", variant="paper")
 
 
+@pytest.mark.parametrize("interval", [0.0, 2.0])
+def test_gittins_index_of_running_jobs_moves_at_ticks_with_an_interval(interval: float) -> None:
+    """Most jobs finish within 1 GPU-s, so a job that has run 1.5 s has a low index. Without an
+    interval the unrelated arrival at 1.5 makes b (index G(0)) preempt a at once; with one, a
+    keeps its index of the last tick (0: G(0), a tie that a wins as the earlier start) until
+    the tick at 2."""
+    dist = ServiceDistribution([1.0, 1.0, 1.0, 100.0])
+    s = Scheduler([Node("n", (0,))], make_policy("tiresias-g", distribution=dist, learn=False),
+                  config=SchedulerConfig(queue_thresholds=(1000.0,), interval=interval))
+    s.submit(spec("a", 1), 0)
+    assert started(settle(s, 0)) == ["a"]
+    s.submit(spec("b", 1, arrival=0.5), 0.5)
+    assert settle(s, 0.5) == []  # a at 0.5 GPU-s is as likely to finish soon as b
+    s.submit(spec("c", 1, arrival=1.5), 1.5)
+    d = settle(s, 1.5)
+    if interval:
+        assert d == []
+        d = settle(s, 2.0)
+    assert preempted(d) == ["a"] and started(d) == ["b"]
+
+
 def test_pass_looks_only_at_jobs_that_can_matter() -> None:
     """Finished jobs and waiting jobs behind a full cluster cost nothing in a pass."""
     s = sched(gpus=(8,))
