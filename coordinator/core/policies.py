@@ -199,6 +199,17 @@ def _last_tick(now: float, interval: float) -> float:
     return (k + 1) * interval if (k + 1) * interval <= now else k * interval
 
 
+def _executed_for_order(job: Job, now: float, interval: float) -> float:
+    """t_J as a service-ranked order sees it: as of ``now``, or with an interval as of the
+    last tick, so a running job's rank moves only at ticks (see ``Las``). Spelled out rather
+    than through ``Job.executed_at``: it runs for every running job at every pass."""
+    if job.last_start is None:
+        return job.executed
+    if not interval:
+        return job.executed + (now - job.last_start)
+    return job.executed + max(0.0, _last_tick(now, interval) - job.last_start)
+
+
 _DEMOTE, _PROMOTE = 0, 1
 
 
@@ -284,13 +295,7 @@ class TiresiasG(_Queued):
         q = job.queue
         if q == self.config.queues - 1:
             return (q, 0.0, *_fifo_by_start(job))
-        # attained service, spelled out: this runs for every running job at every pass; with
-        # an interval, as of the last tick (see the class docstring)
-        if job.last_start is None:
-            a = job.spec.gpus * job.executed
-        else:
-            t = now if not self.config.interval else _last_tick(now, self.config.interval)
-            a = job.spec.gpus * (job.executed + max(0.0, t - job.last_start))
+        a = job.spec.gpus * _executed_for_order(job, now, self.config.interval)
         g = self.distribution.index(a, self.config.queue_thresholds[q], self._authors)
         return (q, -g, *_fifo_by_start(job))
 
@@ -354,17 +359,14 @@ class Las(Policy):
         """Re-file running jobs once per tick, at the first pass at or after it."""
         if self._tick > 0 and (tick := _last_tick(now, self._tick)) != self._keyed_tick:
             self._keyed_tick = tick
-            for job in [j for j in self._members.values() if j.state is JobState.RUNNING]:
+            for job in [self.job(k) for k in self._running]:
                 self.changed(job, now)
 
     def key(self, job: Job, now: float) -> Key:
         s = job.spec
         if job.last_start is None:
             return (s.gpus * job.executed, s.arrival, s.job_id)
-        if self._tick > 0:
-            ran = max(0.0, _last_tick(now, self._tick) - job.last_start)
-            return (s.gpus * (job.executed + ran), s.arrival, s.job_id)
-        return (s.gpus * (job.executed + (now - job.last_start) - self._lead),
+        return (s.gpus * (_executed_for_order(job, now, self._tick) - self._lead),
                 s.arrival, s.job_id)
 
     def next_wakeup(self, now: float) -> float | None:
