@@ -192,6 +192,22 @@ def assert_resumed_exactly(run: EmbeddedRun, total: int) -> None:
     assert logged_steps(second) == list(range(k, total)), run.diagnostics()
 
 
+def train_mlp_through_a_preemption(
+    embedded_run: StartRun, gang: tuple[str, ...], script: str, total: int
+) -> EmbeddedRun:
+    """Runs ``models/<script>`` (the mlp, one loss line per step) as ``gang``, preempts it once
+    with a short job, and checks that it resumed at exactly the checkpointed step."""
+    run = embedded_run(
+        *gang,
+        str(REPO / "models" / script),
+        *("--model", "mlp", "--steps", str(total), "--log-every", "1"),
+    )
+    preempt_with_a_short_job(run)
+    finish(run)
+    assert_resumed_exactly(run, total)
+    return run
+
+
 @pytest.mark.tf
 def test_unmodified_keras_fit_is_preempted_and_resumes(embedded_run: StartRun) -> None:
     """``models/train_keras.py`` (plain Keras 3 ``fit``, no Tiresias import) on one worker.
@@ -250,15 +266,8 @@ def test_parameter_server_job_is_preempted_and_resumes(embedded_run: StartRun) -
     step whose worker failed mid-step. Across a preemption the step count is exact (the chief
     joins every scheduled step before it saves, and the step is restored on resume), and no
     worker fails here, so the exact sequence is asserted."""
-    total = 600
-    run = embedded_run(
-        *("--ps", "1", "--workers", "2"),
-        str(REPO / "models" / "train.py"),
-        *("--model", "mlp", "--steps", str(total), "--log-every", "1"),
-    )
-    preempt_with_a_short_job(run)
-    finish(run)
-    assert_resumed_exactly(run, total)
+    gang = ("--ps", "1", "--workers", "2")
+    run = train_mlp_through_a_preemption(embedded_run, gang, "train.py", total=600)
     for name in ("ps-0.log", "worker-0.log", "worker-1.log"):
         assert len(runs_of(run.log(name=name))) == 2  # the whole gang was stopped and restarted
 
@@ -269,13 +278,6 @@ def test_parameter_server_job_is_preempted_and_resumes(embedded_run: StartRun) -
 def test_horovod_job_is_preempted_and_resumes(embedded_run: StartRun) -> None:
     """``models/train_horovod.py`` on 2 Horovod/Gloo ranks: both ranks stop at one agreed
     step, rank 0 checkpoints, both restore it on resume."""
-    total = 800
-    run = embedded_run(
-        *("--horovod", "--workers", "2"),
-        str(REPO / "models" / "train_horovod.py"),
-        *("--model", "mlp", "--steps", str(total), "--log-every", "1"),
-    )
-    preempt_with_a_short_job(run)
-    finish(run)
-    assert_resumed_exactly(run, total)
+    gang = ("--horovod", "--workers", "2")
+    run = train_mlp_through_a_preemption(embedded_run, gang, "train_horovod.py", total=800)
     assert len(runs_of(run.log(name="worker-1.log"))) == 2

@@ -3,11 +3,13 @@ fresh state directory each, and ``wait_until`` instead of sleeps."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -16,6 +18,23 @@ import pytest
 from helpers import FAKE_JOB, free_port, wait_until
 
 from coordinator.service.client import Client, client_keys
+from coordinator.service.coordinator import Coordinator, Options
+
+
+@contextlib.contextmanager
+def in_process_coordinator(options: Options) -> Iterator[Coordinator]:
+    """A coordinator on a thread of this process, for tests that drive its sockets directly
+    or inspect its state; stopped (and checked to be) on exit."""
+    coord = Coordinator(options)
+    thread = threading.Thread(target=coord.run, daemon=True)
+    thread.start()
+    assert coord.ready.wait(10)
+    try:
+        yield coord
+    finally:
+        coord.stop.set()
+        thread.join(5)
+    assert not thread.is_alive()
 
 
 class Cluster:

@@ -5,7 +5,6 @@ coordinator on a real socket."""
 from __future__ import annotations
 
 import re
-import threading
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,7 +19,7 @@ from coordinator import protocol
 from coordinator.service.client import Client
 from coordinator.service.coordinator import Coordinator, Options
 
-from .conftest import free_port, wait_until
+from .conftest import free_port, in_process_coordinator, wait_until
 
 
 @pytest.mark.parametrize(
@@ -98,16 +97,9 @@ def test_roundtrip_of_a_valid_message() -> None:
 @pytest.fixture(scope="module")
 def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Coordinator]:
     state = tmp_path_factory.mktemp("fuzz")
-    coord = Coordinator(
-        Options(bind="tcp://127.0.0.1:*", state=Path(state), metrics_port=free_port())
-    )
-    thread = threading.Thread(target=coord.run, daemon=True)
-    thread.start()
-    assert coord.ready.wait(10)
-    yield coord
-    coord.stop.set()
-    thread.join(5)
-    assert not thread.is_alive()
+    options = Options(bind="tcp://127.0.0.1:*", state=Path(state), metrics_port=free_port())
+    with in_process_coordinator(options) as coord:
+        yield coord
 
 
 def _bad_count(coord: Coordinator) -> float:

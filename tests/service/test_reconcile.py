@@ -3,7 +3,6 @@ DEALER speaking the agent's messages) so each case is exact and fast."""
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -21,7 +20,7 @@ from coordinator.service.core_adapter import (
     snapshot,
 )
 
-from .conftest import wait_until
+from .conftest import in_process_coordinator, wait_until
 
 
 class ScriptedAgent:
@@ -67,13 +66,9 @@ class ScriptedAgent:
 
 @pytest.fixture
 def coord(tmp_path: Path) -> Iterator[Coordinator]:
-    c = Coordinator(Options(bind="tcp://127.0.0.1:*", state=tmp_path, heartbeat_timeout=30))
-    thread = threading.Thread(target=c.run, daemon=True)
-    thread.start()
-    assert c.ready.wait(10)
-    yield c
-    c.stop.set()
-    thread.join(5)
+    options = Options(bind="tcp://127.0.0.1:*", state=tmp_path, heartbeat_timeout=30)
+    with in_process_coordinator(options) as c:
+        yield c
 
 
 def test_register_kills_unexpected_jobs_and_loses_missing_ones(coord: Coordinator) -> None:
