@@ -170,8 +170,10 @@ def cmd_run(args: argparse.Namespace) -> int:
         except OSError as e:
             print(f"ibverbs-tap: cannot run {command[0]}: {e.strerror}", file=sys.stderr)
             return 127
-        forward = {s: signal.signal(s, lambda sig, _: proc.send_signal(sig))
-                   for s in (signal.SIGTERM, signal.SIGHUP)}
+        forward = {
+            s: signal.signal(s, lambda sig, _: proc.send_signal(sig))
+            for s in (signal.SIGTERM, signal.SIGHUP)
+        }
         old_int = signal.signal(signal.SIGINT, signal.SIG_IGN)  # the terminal signals the child
         try:
             rc = proc.wait()

@@ -229,7 +229,14 @@ def _peer(raw: bytes, off: int) -> Peer | None:
         return Peer("verbs", address, tx, rx, local_qpn=local_qpn, recv_posted=recv_posted)
     address = f"lid {lid}" + (f" gid {gid}" if gid else "") + f" qpn {port:#x}"
     return Peer(
-        "verbs", address, tx, rx, lid=lid, gid=gid, qpn=port, local_qpn=local_qpn,
+        "verbs",
+        address,
+        tx,
+        rx,
+        lid=lid,
+        gid=gid,
+        qpn=port,
+        local_qpn=local_qpn,
         recv_posted=recv_posted,
     )
 
@@ -239,8 +246,24 @@ def parse(raw: bytes, path: str | None = None) -> ProcessProfile:
     where = path or "profile"
     if len(raw) < HEADER_SIZE or raw[:8] != MAGIC:
         raise TapError(f"{where} is not an ibverbs-tap profile (bad magic)")
-    (_, version, header_size, peer_size, max_peers, nbuckets, flags, pid, ppid, start_ns,
-     _ticks, _npeers, images, dropped_calls, dropped_bytes, srq_posted) = HEADER.unpack_from(raw)
+    (
+        _,
+        version,
+        header_size,
+        peer_size,
+        max_peers,
+        nbuckets,
+        flags,
+        pid,
+        ppid,
+        start_ns,
+        _ticks,
+        _npeers,
+        images,
+        dropped_calls,
+        dropped_bytes,
+        srq_posted,
+    ) = HEADER.unpack_from(raw)
     if version != VERSION:
         raise TapError(f"{where} has layout version {version}; this reader understands {VERSION}")
     if nbuckets != NBUCKETS or header_size != HEADER_SIZE or peer_size != 64 + 32 * NBUCKETS:
@@ -378,4 +401,3 @@ def read_directory(directory: str | os.PathLike[str]) -> Iterator[ProcessProfile
     """Every profile file in ``directory`` (``run`` collects its processes this way)."""
     for path in sorted(Path(directory).glob(f"{FILE_PREFIX}*")):
         yield read_file(path)
-

@@ -118,4 +118,3 @@ def bytes_per_ps(profiles: Iterable[ProcessProfile], ps_addresses: Sequence[str]
                 if (peer.host, peer.port) in eps:
                     totals[address] += peer.total_bytes
     return totals
-

@@ -103,8 +103,11 @@ class ServiceDistribution:
         return done / (within + (len(self._sorted) - j) * delta)
 
     def export_state(self) -> dict[str, object]:
-        return {"sorted": list(self._sorted), "pending": list(self._pending),
-                "rebuild_fraction": self._rebuild_fraction}
+        return {
+            "sorted": list(self._sorted),
+            "pending": list(self._pending),
+            "rebuild_fraction": self._rebuild_fraction,
+        }
 
     @classmethod
     def from_state(cls, d: dict[str, object]) -> ServiceDistribution:

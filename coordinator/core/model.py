@@ -40,9 +40,7 @@ class Allocation:
 
     @classmethod
     def of(cls, by_node: Mapping[str, Iterable[int]]) -> Allocation:
-        return cls(
-            tuple(sorted((n, tuple(sorted(g))) for n, g in by_node.items() if tuple(g)))
-        )
+        return cls(tuple(sorted((n, tuple(sorted(g))) for n, g in by_node.items() if tuple(g))))
 
     @property
     def count(self) -> int:

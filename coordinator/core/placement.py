@@ -49,9 +49,7 @@ def _fewest_nodes(w: int, free: Mapping[str, int]) -> Choice | None:
     return None  # unreachable: the sum check guarantees a fit
 
 
-def _by_switch(
-    w: int, free: Mapping[str, int], nodes: Mapping[str, Node]
-) -> Choice | None:
+def _by_switch(w: int, free: Mapping[str, int], nodes: Mapping[str, Node]) -> Choice | None:
     """``_fewest_nodes`` inside one switch when any switch can hold the job (cross-switch
     traffic is the slowest), else across the whole cluster."""
     groups: dict[str, dict[str, int]] = {}

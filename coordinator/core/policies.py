@@ -224,8 +224,11 @@ class _Queued(_Timed):
             assert job.last_start is not None
             crossing = self.config.queue_thresholds[job.queue] / job.gpus - job.executed
             return job.last_start + crossing, _DEMOTE
-        if job.state is JobState.WAITING and job.queue > 0 and math.isfinite(
-                self.config.promote_knob):
+        if (
+            job.state is JobState.WAITING
+            and job.queue > 0
+            and math.isfinite(self.config.promote_knob)
+        ):
             assert job.wait_since is not None
             return job.wait_since + self.config.promote_knob * job.executed, _PROMOTE
         return None
@@ -266,8 +269,13 @@ class TiresiasG(_Queued):
 
     name = "tiresias-g"
 
-    def __init__(self, distribution: ServiceDistribution | None = None, *, learn: bool = True,
-                 variant: str = "as-written") -> None:
+    def __init__(
+        self,
+        distribution: ServiceDistribution | None = None,
+        *,
+        learn: bool = True,
+        variant: str = "as-written",
+    ) -> None:
         if variant not in GITTINS_VARIANTS:
             raise CoreError(f"unknown Gittins variant {variant!r}; valid: {GITTINS_VARIANTS}")
         self.distribution = distribution if distribution is not None else ServiceDistribution()
@@ -287,8 +295,9 @@ class TiresiasG(_Queued):
         if self._indexed_version != self.distribution.version:  # waiting keys are stale
             self._indexed_version = self.distribution.version
             last = self.config.queues - 1
-            for job in [j for j in self._members.values()
-                        if j.state is JobState.WAITING and j.queue < last]:
+            for job in [
+                j for j in self._members.values() if j.state is JobState.WAITING and j.queue < last
+            ]:
                 self.changed(job, now)
 
     def key(self, job: Job, now: float) -> Key:
@@ -366,8 +375,11 @@ class Las(Policy):
         s = job.spec
         if job.last_start is None:
             return (s.gpus * job.executed, s.arrival, s.job_id)
-        return (s.gpus * (_executed_for_order(job, now, self._tick) - self._lead),
-                s.arrival, s.job_id)
+        return (
+            s.gpus * (_executed_for_order(job, now, self._tick) - self._lead),
+            s.arrival,
+            s.job_id,
+        )
 
     def next_wakeup(self, now: float) -> float | None:
         """For each running job, the time its key passes the next waiting key (the smallest

@@ -73,13 +73,15 @@ class Replay:
         if pending:
             self.now = max(now, min(pending))
         elif not self.done:
-            raise CoreError(f"stuck at {now}: {len(self.arrivals) - len(self.finish)} jobs "
-                            "can never run")
+            raise CoreError(
+                f"stuck at {now}: {len(self.arrivals) - len(self.finish)} jobs can never run"
+            )
         return made
 
 
-def run_to_completion(sched: Scheduler, specs: Iterable[JobSpec],
-                      max_steps: int = 1_000_000) -> dict[str, float]:
+def run_to_completion(
+    sched: Scheduler, specs: Iterable[JobSpec], max_steps: int = 1_000_000
+) -> dict[str, float]:
     """Submit ``specs`` at their arrival times and run until every job has finished; returns
     job id → finish time. CoreError when the workload is stuck or takes over ``max_steps``."""
     replay = Replay(sched, specs)

@@ -114,8 +114,14 @@ class Scheduler:
         old = self._nodes.get(node.name)
         self._known += len(node.gpus) - (len(old.gpus) if old else 0)
         self._nodes[node.name] = node
-        held = {g for j in self._active.values() if j.allocation
-                for n, gs in j.allocation.gpus if n == node.name for g in gs}
+        held = {
+            g
+            for j in self._active.values()
+            if j.allocation
+            for n, gs in j.allocation.gpus
+            if n == node.name
+            for g in gs
+        }
         self._up[node.name] = sorted(set(node.gpus) - held)
         self._capacity += len(node.gpus)
         self._free_total += len(self._up[node.name])
@@ -133,8 +139,11 @@ class Scheduler:
             raise CoreError(f"node {name} is not up")
         self._free_total -= len(self._up.pop(name))
         self._capacity -= len(self._nodes[name].gpus)
-        lost = [j for j in self._active.values()
-                if j.allocation is not None and name in j.allocation.nodes]
+        lost = [
+            j
+            for j in self._active.values()
+            if j.allocation is not None and name in j.allocation.nodes
+        ]
         for job in lost:
             if job.state is JobState.RUNNING:
                 self._stop(job, now)
@@ -190,7 +199,8 @@ class Scheduler:
             raise CoreError(f"job {spec.job_id} asks for {spec.gpus} GPUs; needs at least 1")
         if self.config.reject_oversized and spec.gpus > self._known:
             raise CoreError(
-                f"job {spec.job_id} asks for {spec.gpus} GPUs but the cluster has {self._known}")
+                f"job {spec.job_id} asks for {spec.gpus} GPUs but the cluster has {self._known}"
+            )
         self.policy.validate(spec)
         job = Job(spec=spec, wait_since=now)
         self._active[spec.job_id] = job
@@ -345,9 +355,12 @@ class Scheduler:
         if choice is None:
             return None
         if sum(choice.values()) != job.gpus or any(
-                k < 1 or k > free.get(n, 0) for n, k in choice.items()):
-            raise CoreError(f"placement {self.placement.name} returned {choice} "
-                            f"for job {job.job_id} ({job.gpus} GPUs)")
+            k < 1 or k > free.get(n, 0) for n, k in choice.items()
+        ):
+            raise CoreError(
+                f"placement {self.placement.name} returned {choice} "
+                f"for job {job.job_id} ({job.gpus} GPUs)"
+            )
         job.allocation = self._take(choice)
         job.state = JobState.RUNNING
         job.last_start = now
@@ -391,8 +404,10 @@ class Scheduler:
             "version": _STATE_VERSION,
             "config": self.config.to_dict(),
             "clock": self._clock,
-            "nodes": [{"name": n.name, "gpus": list(n.gpus), "switch": n.switch,
-                       "up": n.name in self._up} for n in self._nodes.values()],
+            "nodes": [
+                {"name": n.name, "gpus": list(n.gpus), "switch": n.switch, "up": n.name in self._up}
+                for n in self._nodes.values()
+            ],
             "jobs": [_job_to_dict(j) for j in self.jobs()],
             "done": len(self._done),
             "running": list(self._running),  # start order: the order of Preempt decisions
@@ -401,16 +416,20 @@ class Scheduler:
         }
 
     @classmethod
-    def from_state(cls, state: dict[str, Any], policy: Policy | None = None,
-                   placement: Placement | None = None) -> Scheduler:
+    def from_state(
+        cls, state: dict[str, Any], policy: Policy | None = None, placement: Placement | None = None
+    ) -> Scheduler:
         """The scheduler ``state`` was exported from. ``policy``/``placement`` default to
         fresh ones of the exported names (pass them to keep parameters such as quantum or
         PACKLIMIT); the policy's learned state is restored when its name matches."""
         if state.get("version") != _STATE_VERSION:
             raise CoreError(f"unsupported scheduler state version {state.get('version')}")
-        sched = cls((), policy or make_policy(state["policy"]["name"]),
-                    placement or make_placement(state["placement"]),
-                    SchedulerConfig.from_dict(state["config"]))
+        sched = cls(
+            (),
+            policy or make_policy(state["policy"]["name"]),
+            placement or make_placement(state["placement"]),
+            SchedulerConfig.from_dict(state["config"]),
+        )
         if state["policy"]["name"] == sched.policy.name:  # else: a new policy learns afresh
             sched.policy.load_state(state["policy"]["state"])
         jobs = [_job_from_dict(d) for d in state["jobs"]]
@@ -438,16 +457,28 @@ class Scheduler:
 
 
 _SPEC_FIELDS = [f.name for f in dataclasses.fields(JobSpec)]
-_JOB_SCALARS = ["executed", "total_executed", "first_start", "last_start", "wait_since",
-                "queue", "preemptions", "promotions", "restarts", "finish", "cancel_requested"]
+_JOB_SCALARS = [
+    "executed",
+    "total_executed",
+    "first_start",
+    "last_start",
+    "wait_since",
+    "queue",
+    "preemptions",
+    "promotions",
+    "restarts",
+    "finish",
+    "cancel_requested",
+]
 
 
 def _job_to_dict(job: Job) -> dict[str, Any]:
     d: dict[str, Any] = {f: getattr(job.spec, f) for f in _SPEC_FIELDS}
     d.update({f: getattr(job, f) for f in _JOB_SCALARS})
     d["state"] = job.state.value
-    d["allocation"] = None if job.allocation is None else [
-        [n, list(g)] for n, g in job.allocation.gpus]
+    d["allocation"] = (
+        None if job.allocation is None else [[n, list(g)] for n, g in job.allocation.gpus]
+    )
     d["extra"] = dict(job.extra)
     return d
 

@@ -35,10 +35,15 @@ samples_st = st.lists(st.integers(1, 40), min_size=1, max_size=25)
 
 
 @settings(max_examples=150, deadline=None)
-@given(samples_st, st.integers(0, 45), st.one_of(st.none(), st.integers(1, 50)),
-       st.sampled_from(["as-written", "authors"]))
-def test_index_matches_brute_force(samples: list[int], a: int, delta: int | None,
-                                   variant: str) -> None:
+@given(
+    samples_st,
+    st.integers(0, 45),
+    st.one_of(st.none(), st.integers(1, 50)),
+    st.sampled_from(["as-written", "authors"]),
+)
+def test_index_matches_brute_force(
+    samples: list[int], a: int, delta: int | None, variant: str
+) -> None:
     got = ServiceDistribution(samples).gittins_index(a, delta, variant)
     assert got == pytest.approx(float(brute(samples, a, delta, variant)), rel=1e-12, abs=0)
 
@@ -55,8 +60,9 @@ def test_figure7_distribution_values() -> None:
 
 
 def test_parse_learn_and_state() -> None:
-    d = ServiceDistribution.parse(["duration\n", "30\n", "10\n", "\n", "20\n"],
-                                  rebuild_fraction=0.5)
+    d = ServiceDistribution.parse(
+        ["duration\n", "30\n", "10\n", "\n", "20\n"], rebuild_fraction=0.5
+    )
     assert d.samples == [10, 20, 30]
     d.add(5)  # 1 pending < 0.5 × 3: not merged yet, index unchanged
     assert len(d) == 4 and d.gittins_index(0, 10) == 1 / 30

@@ -36,8 +36,18 @@ def test_samples_pair_placements_of_the_same_key() -> None:
 
 
 def test_threshold_separates_the_classes() -> None:
-    obs = _history([(0.2, 1.0), (0.3, 1.01), (0.45, 0.99), (0.55, 1.0),
-                    (0.75, 1.3), (0.8, 1.5), (0.9, 1.8), (0.95, 2.0)])
+    obs = _history(
+        [
+            (0.2, 1.0),
+            (0.3, 1.01),
+            (0.45, 0.99),
+            (0.55, 1.0),
+            (0.75, 1.3),
+            (0.8, 1.5),
+            (0.9, 1.8),
+            (0.95, 2.0),
+        ]
+    )
     limit = learn_packlimit(obs)
     assert 0.55 < limit < 0.75
     w, b = fit_logistic(samples(obs))

@@ -43,8 +43,13 @@ def workloads(draw: st.DrawFn) -> tuple[list[Node], list[JobSpec], SchedulerConf
     total = sum(sizes)
     n = draw(st.integers(1, 10))
     specs = [
-        JobSpec(f"j{i}", draw(st.integers(1, total)), float(draw(st.integers(0, 30))),
-                float(draw(st.integers(1, 40))), draw(st.sampled_from([None, 0.2, 0.9])))
+        JobSpec(
+            f"j{i}",
+            draw(st.integers(1, total)),
+            float(draw(st.integers(0, 30))),
+            float(draw(st.integers(1, 40))),
+            draw(st.sampled_from([None, 0.2, 0.9])),
+        )
         for i in range(n)
     ]
     config = SchedulerConfig(
@@ -72,9 +77,15 @@ def check_invariants(s: Scheduler) -> None:
     assert len(held_up) + len(free) == s.capacity
 
 
-def run(nodes: list[Node], specs: list[JobSpec], config: SchedulerConfig, policy: str,
-        placement: str, swap_at: int | None = None,
-        on_step: Callable[[Scheduler], None] = check_invariants) -> tuple[Replay, list]:
+def run(
+    nodes: list[Node],
+    specs: list[JobSpec],
+    config: SchedulerConfig,
+    policy: str,
+    placement: str,
+    swap_at: int | None = None,
+    on_step: Callable[[Scheduler], None] = check_invariants,
+) -> tuple[Replay, list]:
     s = Scheduler(nodes, policy_of(policy), make_placement(placement), config)
     replay = Replay(s, specs)
     log = []
@@ -83,12 +94,14 @@ def run(nodes: list[Node], specs: list[JobSpec], config: SchedulerConfig, policy
             return replay, log
         if step == swap_at:
             state = json.loads(json.dumps(replay.sched.export_state()))
-            replay.sched = Scheduler.from_state(state, policy_of(policy),
-                                                make_placement(placement))
+            replay.sched = Scheduler.from_state(state, policy_of(policy), make_placement(placement))
         log.append((replay.now, replay.step()))
         on_step(replay.sched)
-        sorted(replay.sched.policy.key(j, replay.now) for j in replay.sched.jobs()
-               if not j.state.finished)  # every active job can be ranked (shells do)
+        sorted(
+            replay.sched.policy.key(j, replay.now)
+            for j in replay.sched.jobs()
+            if not j.state.finished
+        )  # every active job can be ranked (shells do)
     raise AssertionError("workload did not finish")
 
 
@@ -141,22 +154,23 @@ def test_incremental_orders_match_fresh_keys(policy: str, w: tuple) -> None:
 @given(gpus=st.integers(1, 4), arrival=st.integers(0, 50), duration=st.integers(1, 10**5))
 def test_lone_job_runs_uninterrupted(policy: str, gpus: int, arrival: int, duration: int) -> None:
     specs = [JobSpec("only", gpus, float(arrival), float(duration))]
-    replay, _ = run([Node("n", (0, 1, 2, 3))], specs, SchedulerConfig(promote_knob=1.0),
-                    policy, "consolidate")
+    replay, _ = run(
+        [Node("n", (0, 1, 2, 3))], specs, SchedulerConfig(promote_knob=1.0), policy, "consolidate"
+    )
     assert replay.finish["only"] - arrival == duration
     assert replay.sched.job("only").preemptions == 0
 
 
 @pytest.mark.parametrize("policy", ["tiresias-l", "las", "yarn-cs", "gandiva"])
 @PROPS
-@given(w=workloads(), failures=st.lists(st.tuples(st.integers(0, 30), st.integers(0, 2)),
-                                        max_size=4))
+@given(
+    w=workloads(), failures=st.lists(st.tuples(st.integers(0, 30), st.integers(0, 2)), max_size=4)
+)
 def test_node_failures(policy: str, w: tuple, failures: list[tuple[int, int]]) -> None:
     """Nodes fail between steps and come back at once (after the shell has reported the
     affected jobs LOST); GPUs stay consistent and every job still completes."""
     nodes, specs, config, placement = w
-    replay = Replay(Scheduler(nodes, policy_of(policy), make_placement(placement), config),
-                    specs)
+    replay = Replay(Scheduler(nodes, policy_of(policy), make_placement(placement), config), specs)
     fail_at = {step: nodes[k % len(nodes)] for step, k in failures}
     for step in range(5000):
         if replay.done:

@@ -28,15 +28,25 @@ from coordinator.core import (
 CP = ExitOutcome.CHECKPOINTED
 
 
-def sched(policy: str = "tiresias-l", gpus: tuple[int, ...] = (2,), placement: str = "consolidate",
-          **config: object) -> Scheduler:
+def sched(
+    policy: str = "tiresias-l",
+    gpus: tuple[int, ...] = (2,),
+    placement: str = "consolidate",
+    **config: object,
+) -> Scheduler:
     nodes = [Node(f"n{i}", tuple(range(g))) for i, g in enumerate(gpus)]
-    return Scheduler(nodes, make_policy(policy), make_placement(placement),
-                     SchedulerConfig(**config))  # type: ignore[arg-type]
+    return Scheduler(
+        nodes, make_policy(policy), make_placement(placement), SchedulerConfig(**config)
+    )  # type: ignore[arg-type]
 
 
-def spec(job_id: str, gpus: int, arrival: float = 0.0, duration: float | None = 100.0,
-         skew: float | None = None) -> JobSpec:
+def spec(
+    job_id: str,
+    gpus: int,
+    arrival: float = 0.0,
+    duration: float | None = 100.0,
+    skew: float | None = None,
+) -> JobSpec:
     return JobSpec(job_id, gpus, arrival, duration, skew)
 
 
@@ -59,6 +69,7 @@ def settle(s: Scheduler, now: float) -> list:
 
 
 # ---- requests the core refuses ------------------------------------------------------------
+
 
 def test_submit_validation() -> None:
     s = sched(gpus=(2, 2))
@@ -98,17 +109,31 @@ def test_factories_name_the_valid_choices() -> None:
         make_policy("sf", quantum=3)
     with pytest.raises(CoreError, match="valid: consolidate, spread, yarn, skew"):
         make_placement("packed")
-    assert set(POLICY_NAMES) == {"tiresias-l", "tiresias-g", "las", "yarn-cs", "best-effort",
-                                 "sf", "srtf", "srsf", "gandiva"}
+    assert set(POLICY_NAMES) == {
+        "tiresias-l",
+        "tiresias-g",
+        "las",
+        "yarn-cs",
+        "best-effort",
+        "sf",
+        "srtf",
+        "srsf",
+        "gandiva",
+    }
     assert set(PLACEMENT_NAMES) == {"consolidate", "spread", "yarn", "skew"}
-    for bad in ({"queue_thresholds": (10.0, 5.0)}, {"queue_thresholds": (0.0,)},
-                {"promote_knob": 0}, {"interval": -1.0}):
+    for bad in (
+        {"queue_thresholds": (10.0, 5.0)},
+        {"queue_thresholds": (0.0,)},
+        {"promote_knob": 0},
+        {"interval": -1.0},
+    ):
         with pytest.raises(CoreError):
             SchedulerConfig(**bad)  # type: ignore[arg-type]
     assert SchedulerConfig().queues == 2
 
 
 # ---- starts, queues, demotion and promotion ---------------------------------------------
+
 
 def test_start_takes_all_gpus_and_fifo_within_queue() -> None:
     s = sched(gpus=(2,))
@@ -175,6 +200,7 @@ def test_multiple_queues_demote_one_by_one() -> None:
 
 # ---- cancel, exit outcomes, nodes ---------------------------------------------------------
 
+
 def test_cancel_and_kill() -> None:
     s = sched(gpus=(2,))
     s.submit(spec("a", 2), 0)
@@ -198,8 +224,11 @@ def test_exit_outcomes() -> None:
     s.exited("a", 5, ExitOutcome.COMPLETED)
     s.exited("b", 5, ExitOutcome.FAILED)
     s.exited("c", 5, ExitOutcome.LOST)
-    assert [s.job(j).state for j in "abc"] == [JobState.COMPLETED, JobState.FAILED,
-                                               JobState.WAITING]
+    assert [s.job(j).state for j in "abc"] == [
+        JobState.COMPLETED,
+        JobState.FAILED,
+        JobState.WAITING,
+    ]
     assert s.job("a").finish == 5 and s.job("c").restarts == 1
     assert [j.job_id for j in s.jobs()] == ["c", "a", "b"]  # active first
     assert started(settle(s, 6)) == ["c"]
@@ -227,6 +256,7 @@ def test_node_down_and_up() -> None:
 
 
 # ---- baselines -------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize(("policy", "starts"), [("yarn-cs", []), ("best-effort", ["c"])])
 def test_head_of_line_blocking(policy: str, starts: list[str]) -> None:
@@ -315,8 +345,11 @@ def test_las_with_interval_reevaluates_at_ticks_only() -> None:
     s.submit(spec("d", 1, arrival=7.0), 7.0)
     d = settle(s, 7.0)  # a newcomer preempts between ticks: a had 2 GPU-s at tick 6
     assert preempted(d) == ["a"] and started(d) == ["d"]
-    forced = Scheduler([Node("n", (0,))], make_policy("las", quantum=3.0, crossings=True),
-                       config=SchedulerConfig(interval=2.0))
+    forced = Scheduler(
+        [Node("n", (0,))],
+        make_policy("las", quantum=3.0, crossings=True),
+        config=SchedulerConfig(interval=2.0),
+    )
     forced.submit(spec("a", 1), 0)
     settle(forced, 0)
     forced.submit(spec("b", 1, arrival=0.5), 0.5)
@@ -328,12 +361,21 @@ def test_las_with_interval_reevaluates_at_ticks_only() -> None:
 
 # ---- placement ----------------------------------------------------------------------------
 
-def place(placement: str, free: dict[str, int], gpus: int, skew: float | None = None,
-          switches: dict[str, str] | None = None, size: int = 4) -> dict[str, int] | None:
+
+def place(
+    placement: str,
+    free: dict[str, int],
+    gpus: int,
+    skew: float | None = None,
+    switches: dict[str, str] | None = None,
+    size: int = 4,
+) -> dict[str, int] | None:
     from coordinator.core.model import Job
+
     nodes = {n: Node(n, tuple(range(size)), (switches or {}).get(n)) for n in free}
-    return make_placement(placement, packlimit=0.5).choose(Job(spec("j", gpus, skew=skew)),
-                                                           free, nodes)
+    return make_placement(placement, packlimit=0.5).choose(
+        Job(spec("j", gpus, skew=skew)), free, nodes
+    )
 
 
 def test_placements() -> None:
@@ -350,19 +392,25 @@ def test_placements() -> None:
     assert place("skew", free, 4, skew=0.2) == {"b": 2, "c": 2}
     assert place("skew", free, 4, skew=None) == {"a": 4}  # unknown skew: consolidate
     from coordinator.core.model import Job
+
     hetero = {"big": Node("big", (0, 1, 2, 3)), "s1": Node("s1", (0, 1)), "s2": Node("s2", (0, 1))}
     yarn = make_placement("yarn")
     # 3 GPUs fit the big node's size: wait for it rather than take the two small ones
     assert yarn.choose(Job(spec("j", 3)), {"big": 0, "s1": 2, "s2": 2}, hetero) is None
     assert yarn.choose(Job(spec("j", 5)), {"big": 4, "s1": 2, "s2": 1}, hetero) == {
-        "big": 4, "s1": 1}
+        "big": 4,
+        "s1": 1,
+    }
     sw = {"a": "s1", "b": "s2", "c": "s2"}
     assert place("consolidate", {"a": 3, "b": 2, "c": 2}, 4, switches=sw) == {"b": 2, "c": 2}
 
 
 def test_update_skew_changes_placement() -> None:
-    s = Scheduler([Node("n0", (0, 1, 2, 3)), Node("n1", (0, 1))],
-                  make_policy("tiresias-l"), make_placement("skew", packlimit=0.5))
+    s = Scheduler(
+        [Node("n0", (0, 1, 2, 3)), Node("n1", (0, 1))],
+        make_policy("tiresias-l"),
+        make_placement("skew", packlimit=0.5),
+    )
     s.submit(spec("a", 2, skew=0.9), 0)
     assert s.schedule(0)[0].allocation.nodes == ("n1",)  # best fit
     s.submit(spec("b", 2), 0)
@@ -372,6 +420,7 @@ def test_update_skew_changes_placement() -> None:
 
 
 # ---- persistence ----------------------------------------------------------------------------
+
 
 def test_state_round_trip_mid_run() -> None:
     cfg = {"queue_thresholds": (10.0,), "promote_knob": 2.0}
@@ -407,8 +456,11 @@ def test_restore_defaults_to_the_exported_plug_ins() -> None:
 
 def test_gittins_policy_learns_and_refiles_waiting_jobs() -> None:
     dist = ServiceDistribution(rebuild_fraction=0.0)  # merge every completion at once
-    s = Scheduler([Node("n", (0,))], make_policy("tiresias-g", distribution=dist),
-                  config=SchedulerConfig(queue_thresholds=(100.0,)))
+    s = Scheduler(
+        [Node("n", (0,))],
+        make_policy("tiresias-g", distribution=dist),
+        config=SchedulerConfig(queue_thresholds=(100.0,)),
+    )
     for j in "abc":
         s.submit(spec(j, 1), 0)
     assert started(settle(s, 0)) == ["a"]
@@ -428,8 +480,11 @@ def test_gittins_index_of_running_jobs_moves_at_ticks_with_an_interval(interval:
     keeps its index of the last tick (0: G(0), a tie that a wins as the earlier start) until
     the tick at 2."""
     dist = ServiceDistribution([1.0, 1.0, 1.0, 100.0])
-    s = Scheduler([Node("n", (0,))], make_policy("tiresias-g", distribution=dist, learn=False),
-                  config=SchedulerConfig(queue_thresholds=(1000.0,), interval=interval))
+    s = Scheduler(
+        [Node("n", (0,))],
+        make_policy("tiresias-g", distribution=dist, learn=False),
+        config=SchedulerConfig(queue_thresholds=(1000.0,), interval=interval),
+    )
     s.submit(spec("a", 1), 0)
     assert started(settle(s, 0)) == ["a"]
     s.submit(spec("b", 1, arrival=0.5), 0.5)

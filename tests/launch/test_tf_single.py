@@ -81,8 +81,7 @@ def test_custom_loop_survives_preemption_and_a_killed_checkpoint(tmp_path: Path)
 
     by_restart = {r: [m for m in reports if m["restart"] == r] for r in (0, 2)}
     saved = [m["checkpoint"] for m in by_restart[0] if m["checkpoint"]]
-    assert len(saved) == 1 and saved[0]["step"] == 6 and saved[0]["bytes"] > 0, (
-        reports, a.tails())
+    assert len(saved) == 1 and saved[0]["step"] == 6 and saved[0]["bytes"] > 0, (reports, a.tails())
     assert any(m["tensor_bytes"] == [8 * 16 * 4, 16 * 4, 16 * 4, 4] for m in by_restart[0])
     warmups = [m["warmup"] for m in by_restart[2] if m["warmup"]]
     assert len(warmups) == 1 and set(warmups[0]) == {"build", "restore", "first_step"}

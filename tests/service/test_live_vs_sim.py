@@ -22,8 +22,9 @@ STEP = 0.05
 
 def simulated_order() -> list[tuple[str, str]]:
     specs = [JobSpec(j, g, arrival=a, duration=d) for j, g, a, d in SCENARIO]
-    result = simulate(specs, [Node("n", (0, 1))], "tiresias-l", thresholds=(4.0,),
-                      keep_decisions=True)
+    result = simulate(
+        specs, [Node("n", (0, 1))], "tiresias-l", thresholds=(4.0,), keep_decisions=True
+    )
     return [(type(d).__name__.lower(), d.job_id) for _, d in result.decisions]
 
 

@@ -44,8 +44,9 @@ def test_srtf_preemption_exact_times() -> None:
 def test_preempt_cost_holds_gpus_and_delays_resume() -> None:
     """Checkpoint 0.5 s keeps the GPU busy (b starts at 1.5); restore 0.5 s adds to a's run."""
     jobs = [spec("a", 1, 0.0, 10.0), spec("b", 1, 1.0, 2.0)]
-    costly = simulate(jobs, cluster_from_shape("1x1"), "srtf", preempt_cost=0.5,
-                      keep_decisions=True)
+    costly = simulate(
+        jobs, cluster_from_shape("1x1"), "srtf", preempt_cost=0.5, keep_decisions=True
+    )
     starts = [(t, d.job_id) for t, d in costly.decisions if isinstance(d, Start)]
     assert starts == [(0.0, "a"), (1.5, "b"), (3.5, "a")]
     assert costly.events == 5  # 2 arrivals, 1 checkpoint end, 2 completions
@@ -95,8 +96,10 @@ def test_needs_durations() -> None:
 
 def test_deterministic() -> None:
     specs = load_trace(Path(__file__).resolve().parents[2] / "examples/traces/figure7.csv").specs
-    runs = [simulate(specs, cluster_from_shape("1x2"), "las", interval=1.0, keep_decisions=True)
-            for _ in range(2)]
+    runs = [
+        simulate(specs, cluster_from_shape("1x2"), "las", interval=1.0, keep_decisions=True)
+        for _ in range(2)
+    ]
     assert runs[0].decisions and runs[0].decisions == runs[1].decisions
     assert [(j.job_id, j.finish) for j in runs[0].jobs] == [
         (j.job_id, j.finish) for j in runs[1].jobs

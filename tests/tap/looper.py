@@ -1,10 +1,10 @@
 """Traffic for the CLI tests, run under the tap.
 
-    looper.py stream PORT [--spawn]  send 1000-byte messages to PORT until killed; prints
-                                     "ready PID [CHILD_PID]" once traffic flows (--spawn: a
-                                     child process streams too, and is ready first)
-    looper.py fixed PORT_A PORT_B    send exactly 3000 bytes to A and 1000 to B, print
-                                     "ready PID", then wait for stdin to close
+looper.py stream PORT [--spawn]  send 1000-byte messages to PORT until killed; prints
+                                 "ready PID [CHILD_PID]" once traffic flows (--spawn: a
+                                 child process streams too, and is ready first)
+looper.py fixed PORT_A PORT_B    send exactly 3000 bytes to A and 1000 to B, print
+                                 "ready PID", then wait for stdin to close
 """
 
 from __future__ import annotations

@@ -99,13 +99,22 @@ def test_profile_of_another_users_process(tap_lib: str, sink: SinkServer) -> Non
     """The profile file is 0600: another user gets a clear permission error."""
     env = {k: v for k, v in os.environ.items() if k != "IBVERBS_TAP_DIR"}
     env["LD_PRELOAD"] = tap_lib
-    proc = subprocess.Popen([sys.executable, LOOPER, "fixed", *map(str, sink.ports)], env=env,
-                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, LOOPER, "fixed", *map(str, sink.ports)],
+        env=env,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     pid = proc.stdout.readline().split()[1]
     nobody = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
-    res = subprocess.run([*nobody, sys.executable, "-m", "ibverbs_tap.cli", "profile", pid],
-                         capture_output=True, text=True, timeout=60,
-                         env=dict(os.environ, PYTHONPATH=str(HERE.parents[1])))
+    res = subprocess.run(
+        [*nobody, sys.executable, "-m", "ibverbs_tap.cli", "profile", pid],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=dict(os.environ, PYTHONPATH=str(HERE.parents[1])),
+    )
     proc.stdin.close()
     proc.wait(timeout=30)
     assert res.returncode == 1, res.stderr
@@ -114,8 +123,13 @@ def test_profile_of_another_users_process(tap_lib: str, sink: SinkServer) -> Non
 
 def test_stale_and_corrupt_files(tmp_path: Path, tap_lib: str) -> None:
     env = dict(os.environ, LD_PRELOAD=tap_lib, IBVERBS_TAP_DIR=str(tmp_path), IBVERBS_TAP_KEEP="1")
-    done = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], env=env,
-                          capture_output=True, text=True, check=True)
+    done = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     pid = int(done.stdout)
     with pytest.raises(ibverbs_tap.ProcessGoneError, match=f"process {pid} has exited"):
         ibverbs_tap.read_process(pid, directory=str(tmp_path))
@@ -149,8 +163,12 @@ def test_skew_from_pid_tf_config_and_dump(tmp_path: Path, sink: SinkServer) -> N
     tf_config = json.dumps({"cluster": {"ps": [a, b], "worker": ["127.0.0.1:1"]}})
     env = {k: v for k, v in os.environ.items() if k != "TF_CONFIG"}
     dump = tmp_path / "dump.json"
-    proc = tap_popen([sys.executable, LOOPER, "fixed", *map(str, sink.ports)], "--out", str(dump),
-                     env=dict(env, TF_CONFIG=tf_config))
+    proc = tap_popen(
+        [sys.executable, LOOPER, "fixed", *map(str, sink.ports)],
+        "--out",
+        str(dump),
+        env=dict(env, TF_CONFIG=tf_config),
+    )
     pid = proc.stdout.readline().split()[1]
     from_environ = tap_cli("skew", "--pid", pid, "--json", env=env)
     explicit = tap_cli("skew", "--pid", pid, "--ps", b, a, env=env)
@@ -161,9 +179,7 @@ def test_skew_from_pid_tf_config_and_dump(tmp_path: Path, sink: SinkServer) -> N
     assert explicit.stdout.splitlines()[-1] == "S_J = 0.750"
     (tmp_path / "tf_config.json").write_text(tf_config)
     config_file = str(tmp_path / "tf_config.json")
-    from_dump = tap_cli(
-        "skew", "--dump", str(dump), "--tf-config", config_file, "--json", env=env
-    )
+    from_dump = tap_cli("skew", "--dump", str(dump), "--tf-config", config_file, "--json", env=env)
     assert json.loads(from_dump.stdout)["skew"] == 0.75
     no_ps = tap_cli("skew", "--dump", str(dump), env=env)
     assert no_ps.returncode == 1 and "no parameter servers" in no_ps.stderr
@@ -181,8 +197,13 @@ def test_socket_only_build_says_so(tmp_path: Path, sink: SinkServer) -> None:
     symbols = subprocess.run(["nm", "-D", "--defined-only", lib], capture_output=True, text=True)
     assert " send\n" in symbols.stdout and "ibv_" not in symbols.stdout
     env = dict(os.environ, LD_PRELOAD=str(lib), IBVERBS_TAP_DIR=str(tmp_path))
-    proc = subprocess.Popen([sys.executable, LOOPER, "fixed", *map(str, sink.ports)], env=env,
-                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, LOOPER, "fixed", *map(str, sink.ports)],
+        env=env,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     pid = proc.stdout.readline().split()[1]
     res = tap_cli("profile", pid, "--interval", "0.01")
     profile = ibverbs_tap.read_process(int(pid))

@@ -71,7 +71,12 @@ def _profile(*peers: tuple[str, int, int]) -> ProcessProfile:
         return Histogram(tuple(counts), tuple(sizes))
 
     return ProcessProfile(
-        pid=1, ppid=0, cmdline=(), start_time=0.0, images=1, verbs_built=True,
+        pid=1,
+        ppid=0,
+        cmdline=(),
+        start_time=0.0,
+        images=1,
+        verbs_built=True,
         verbs_seen=False,
         peers=tuple(
             Peer("tcp", f"{h}:{p}", tx=hist(n), rx=hist(n), host=h, port=p) for h, p, n in peers
@@ -102,6 +107,7 @@ def test_profiler_stage() -> None:
     assert profiler.skew_from_report([0, 0], 2) is None
     # Untraced or vanished pids give no measurement; the report is the fallback.
     assert profiler.skew_from_pids([4194999], ["127.0.0.1:1"]) is None
-    assert profiler.job_skew(tensor_bytes=sizes, num_ps=2, pids=[4194999],
-                             ps_addresses=["127.0.0.1:1"]) == pytest.approx(5200 / 5203)
+    assert profiler.job_skew(
+        tensor_bytes=sizes, num_ps=2, pids=[4194999], ps_addresses=["127.0.0.1:1"]
+    ) == pytest.approx(5200 / 5203)
     assert profiler.job_skew() is None

@@ -41,10 +41,22 @@ def test_ps_job_skew_and_placement(tmp_path: Path) -> None:
     # PACKLIMIT learned from history (packing helped the skewed jobs only), then placement:
     # a 2-GPU job on nodes with 4 and 1 free GPUs is packed on one node or spread over two.
     history = []
-    for i, (skew, ratio) in enumerate([(0.3, 1.0), (0.45, 1.02), (0.55, 0.98), (0.6, 1.0),
-                                       (0.8, 1.4), (0.85, 1.3), (0.9, 1.7), (0.97, 2.1)]):
-        history += [Observation(f"j{i}", skew, "packed", 1.0),
-                    Observation(f"j{i}", skew, "spread", ratio)]
+    for i, (skew, ratio) in enumerate(
+        [
+            (0.3, 1.0),
+            (0.45, 1.02),
+            (0.55, 0.98),
+            (0.6, 1.0),
+            (0.8, 1.4),
+            (0.85, 1.3),
+            (0.9, 1.7),
+            (0.97, 2.1),
+        ]
+    ):
+        history += [
+            Observation(f"j{i}", skew, "packed", 1.0),
+            Observation(f"j{i}", skew, "spread", ratio),
+        ]
     placement = SkewAware(learn_packlimit(history))
     assert 0.6 < placement.packlimit < 0.8
     nodes = {"n1": Node("n1", (0, 1, 2, 3)), "n2": Node("n2", (0, 1, 2, 3))}

@@ -63,8 +63,9 @@ def main() -> int:
         print(json.dumps(measure(args.trace, args.cluster, args.policy[0], args.limit)))
         return 0
     header = f"{'policy':<14}{'jobs':>8}{'parse s':>9}{'wall s':>9}{'CPU s':>9}{'jobs/s':>9}"
-    print(f"{header}{'events':>10}{'events/s':>10}{'passes':>10}{'passes/s':>10}"
-          f"{'peak RSS MB':>13}")
+    print(
+        f"{header}{'events':>10}{'events/s':>10}{'passes':>10}{'passes/s':>10}{'peak RSS MB':>13}"
+    )
     for policy in args.policy or POLICY_NAMES:
         cmd = [sys.executable, __file__, "--child", "--trace", str(args.trace)]
         cmd += ["--cluster", args.cluster, "--policy", policy]

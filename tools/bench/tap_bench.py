@@ -139,8 +139,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     results: dict[str, Any] = {"calls": call_overhead(args.calls, args.repeats)}
     for mode, r in results["calls"].items():
-        print(f"{mode:8} without {r['without_ns']:8.1f} ns/call  with {r['with_ns']:8.1f}  "
-              f"added {r['added_ns']:6.1f} ns")
+        print(
+            f"{mode:8} without {r['without_ns']:8.1f} ns/call  with {r['with_ns']:8.1f}  "
+            f"added {r['added_ns']:6.1f} ns"
+        )
     if args.tf_steps:
         results["tf_steps_per_s"] = tf_steps(args.tf_steps)
         for model, r in results["tf_steps_per_s"].items():

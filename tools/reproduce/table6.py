@@ -51,9 +51,7 @@ def tensor_bytes(name: str) -> tuple[int, ...]:
     import tensorflow as tf
 
     model = models.build(name)
-    sizes = tuple(
-        math.prod(w.shape) * np.dtype(w.dtype).itemsize for w in model.trainable_weights
-    )
+    sizes = tuple(math.prod(w.shape) * np.dtype(w.dtype).itemsize for w in model.trainable_weights)
     del model
     tf.keras.backend.clear_session()
     return sizes
@@ -61,9 +59,11 @@ def tensor_bytes(name: str) -> tuple[int, ...]:
 
 def markdown(rows: list[Row]) -> str:
     columns = [(n, a) for a in ("round-robin", "greedy") for n in PS_COUNTS]
-    head = "| model | size (MB) | tensors | largest tensor | " + " | ".join(
-        f"S_J {a} {n} PS" for n, a in columns
-    ) + " |"
+    head = (
+        "| model | size (MB) | tensors | largest tensor | "
+        + " | ".join(f"S_J {a} {n} PS" for n, a in columns)
+        + " |"
+    )
     lines = [head, "|" + " --- |" * (4 + len(columns))]
     for r in rows:
         skews = " | ".join(f"{r.skew(n, a):.3f}" for n, a in columns)
