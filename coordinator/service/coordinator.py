@@ -39,6 +39,7 @@ from coordinator.core.model import (
 )
 from coordinator.core.packlimit import PACKED, SPREAD, PackLimit
 from coordinator.core.placement import DEFAULT_PACKLIMIT
+from coordinator.core.scheduler import Scheduler
 from coordinator.service import keys as curve
 from coordinator.service import profiler
 from coordinator.service.agent import SETTLE
@@ -122,6 +123,9 @@ class Coordinator:
     def __init__(self, opts: Options) -> None:
         self.opts = opts
         self.metrics = Metrics()
+        # options are checked (by building the scheduler) before the state directory exists,
+        # so a refused start leaves nothing behind
+        fresh = build_scheduler(opts)
         self.store = Store(opts.state)
         self.stop = threading.Event()
         self.ready = threading.Event()
@@ -140,7 +144,7 @@ class Coordinator:
         self._node_gpus: dict[str, list[dict[str, Any]]] = {}
         #: Profiler stage hook: (report, number of PS) → S_J or None.
         self.skew_estimator: Callable[[dict[str, Any], int], float | None] = report_skew
-        self._recover()
+        self._recover(fresh)
 
     # --- state --------------------------------------------------------------------------
     def _core_options(self) -> None:
@@ -157,7 +161,7 @@ class Coordinator:
             "gittins_history": str(o.gittins_history) if o.gittins_history else None,
         }
         stored = self.store.get_meta("core_options")
-        if stored is None:
+        if stored is None or self.store.empty():  # nothing to replay: any options will do
             with self.store.tx():
                 self.store.set_meta("core_options", mine)
             return
@@ -169,11 +173,11 @@ class Coordinator:
                     f"use a new --state"
                 )
 
-    def _recover(self) -> None:
+    def _recover(self, fresh: Scheduler) -> None:
         self._core_options()
         snapshot, events = self.store.load()
         if snapshot is None:
-            self.sched = build_scheduler(self.opts)
+            self.sched = fresh
         else:
             self.sched = restore_scheduler(snapshot, self.opts)
         for kind, args in events:

@@ -96,6 +96,13 @@ class Store:
             self.db.execute("DELETE FROM journal WHERE seq <= ?", (self.seq,))
         self.since_snapshot = 0
 
+    def empty(self) -> bool:
+        """Whether nothing was ever journaled or recorded (a start that got no further)."""
+        return not any(
+            self.db.execute(f"SELECT 1 FROM {table} LIMIT 1").fetchone()
+            for table in ("snapshot", "journal", "jobs")
+        )
+
     def load(self) -> tuple[dict[str, Any] | None, list[tuple[str, dict[str, Any]]]]:
         """(snapshot or None, journal events after it, in order)."""
         snap = self.db.execute("SELECT seq, state FROM snapshot").fetchone()

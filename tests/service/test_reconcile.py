@@ -115,6 +115,8 @@ def test_learned_packlimit_is_journaled_and_snapshotted() -> None:
 
 
 def test_restart_with_other_scheduler_options_is_refused(tmp_path: Path) -> None:
-    Coordinator(Options(state=tmp_path, thresholds=[100.0])).store.close()
+    first = Options(bind="tcp://127.0.0.1:*", state=tmp_path, thresholds=[100.0])
+    with in_process_coordinator(first) as c:
+        ScriptedAgent(c.address, "n1", 1).close()  # journals the node: now there is history
     with pytest.raises(ValueError, match=r"created with thresholds=\[100.0\].*\[200.0\]"):
         Coordinator(Options(state=tmp_path, thresholds=[200.0]))

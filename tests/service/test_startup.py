@@ -1,0 +1,52 @@
+"""A refused start leaves the state directory as it found it: options are validated before
+anything is created, and a state that holds no history yet takes the next start's options."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from coordinator.core.model import CoreError
+from coordinator.service.coordinator import Coordinator, Options
+
+
+def test_bad_options_create_nothing_and_a_good_start_follows(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    with pytest.raises(CoreError, match="unknown policy 'foo'"):
+        Coordinator(Options(state=state, policy="foo"))
+    with pytest.raises(CoreError, match="unknown placement"):
+        Coordinator(Options(state=state, placement="nowhere"))
+    with pytest.raises(CoreError, match="queue_thresholds"):
+        Coordinator(Options(state=state, thresholds=[5.0, 1.0]))
+    with pytest.raises(OSError):
+        Coordinator(Options(state=state, policy="tiresias-g", gittins_history=tmp_path / "no"))
+    assert not state.exists()
+    Coordinator(Options(state=state, policy="las")).store.close()
+
+
+def test_a_state_without_history_takes_the_next_starts_options(tmp_path: Path) -> None:
+    """E.g. a start that created the state but then could not bind its port."""
+    Coordinator(Options(state=tmp_path, policy="las")).store.close()
+    coord = Coordinator(Options(state=tmp_path, policy="tiresias-g"))
+    assert coord.sched.policy.name == "tiresias-g"
+    coord.store.close()
+
+
+def test_refused_command_line_then_a_good_start(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    base = [sys.executable, "-m", "coordinator.service.coordinator", "--state", str(state)]
+    bad = subprocess.run([*base, "--policy", "foo"], capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and "foo" in bad.stderr and "Traceback" not in bad.stderr
+    assert not state.exists()
+    # a good start on the same directory gets as far as serving: it fails only on the bind
+    taken = subprocess.run(
+        [*base, "--policy", "las", "--bind", "tcp://256.0.0.1:1"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert "was created with" not in taken.stderr
+    assert "cannot serve on tcp://256.0.0.1:1" in taken.stderr and taken.returncode == 2
