@@ -4,7 +4,6 @@ they cannot drift apart."""
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from coordinator.core.config import SchedulerConfig
@@ -13,6 +12,7 @@ from coordinator.core.model import ExitOutcome, JobSpec, Node
 from coordinator.core.placement import default_placement, make_placement
 from coordinator.core.policies import Policy, make_policy
 from coordinator.core.scheduler import Scheduler
+from coordinator.sim.data import resolve_trace
 
 if TYPE_CHECKING:
     from coordinator.service.coordinator import Options
@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 
 def _policy(opts: Options) -> Policy:
     if opts.gittins_history is not None:
-        with Path(opts.gittins_history).open() as f:
+        with resolve_trace(opts.gittins_history).open() as f:
             return make_policy(opts.policy, distribution=ServiceDistribution.parse(f))
     return make_policy(opts.policy)
 

@@ -13,15 +13,18 @@ from coordinator.core import GITTINS_VARIANTS, POLICY_NAMES, ServiceDistribution
 from coordinator.core.model import CoreError, JobSpec, Node
 from coordinator.sim.engine import SimOptions, SimResult, build_scheduler, run
 from coordinator.sim.report import Bins, format_report, json_summary, write_outputs
-from coordinator.sim.traces import FORMATS, TraceError, load_trace, parse_when
+from coordinator.sim.traces import FORMATS, TraceError, load_trace, parse_when, resolve_trace
 
 EXAMPLES = """\
 examples:
   tiresias-sim examples/traces/figure7.csv --cluster 1x2 --interval 1 --policy srsf --policy las
-  tiresias-sim philly.csv --start 2017-10-09 --end 2017-10-16 --cluster 16x8 \\
+  tiresias-sim philly --start 2017-10-09 --end 2017-10-16 --cluster 16x8 \\
       --policy tiresias-l --policy yarn-cs --out results/
   tiresias-sim cluster_job_log --vc 6214e9 --limit 5000 --policy tiresias-g \\
-      --gittins-samples yarn-gput1000.csv --json
+      --gittins-samples yarn-gput1000 --json
+
+shipped traces, usable by name: philly, tiresias-60job (traces); yarn-gput1000,
+yarn-gput10000 (GPU-time samples for --gittins-samples)
 """
 
 
@@ -58,7 +61,7 @@ def cluster_from_file(path: Path) -> list[Node]:
 
 def _samples(path: Path) -> tuple[float, ...]:
     try:
-        with path.open() as f:
+        with resolve_trace(path).open() as f:
             return tuple(ServiceDistribution.parse(f).samples)
     except OSError as e:
         raise ValueError(f"--gittins-samples {path}: {e.strerror}") from None
@@ -99,7 +102,11 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=EXAMPLES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("trace", type=Path, help="trace file (Tiresias CSV, Philly CSV or JSON)")
+    p.add_argument(
+        "trace",
+        type=Path,
+        help="trace file (Tiresias CSV, Philly CSV or JSON), or a shipped trace's name",
+    )
     t = p.add_argument_group("trace")
     t.add_argument("--format", choices=FORMATS, help="trace format (default: detected)")
     t.add_argument("--start", help="keep jobs submitted at or after this date (Philly)")
@@ -136,7 +143,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--gittins-samples",
         type=Path,
         metavar="FILE",
-        help="tiresias-g's initial service distribution: CSV with header 'duration', GPU-s",
+        help="tiresias-g's initial service distribution: CSV with header 'duration', GPU-s "
+        "(or a shipped sample's name, e.g. yarn-gput1000)",
     )
     s.add_argument(
         "--gittins-variant",

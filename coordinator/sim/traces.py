@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TextIO
 
 from coordinator.core.model import JobSpec
+from coordinator.sim.data import resolve_trace
 from coordinator.sim.profiles import profile
 
 FORMATS = ("tiresias", "philly", "philly-json")
@@ -98,8 +99,9 @@ def load_trace(
     limit: int | None = None,
 ) -> Trace:
     """Read, slice (submission in [start, end), virtual cluster, first ``limit`` by
-    submission) and rebase arrivals to the first submitted job of the slice."""
-    path = Path(path)
+    submission) and rebase arrivals to the first submitted job of the slice. ``path`` may
+    name a shipped trace (``philly``)."""
+    path = resolve_trace(path)
     fmt = fmt or detect_format(path)
     if fmt not in FORMATS:
         raise TraceError(f"unknown trace format {fmt!r}; valid: {', '.join(FORMATS)}")

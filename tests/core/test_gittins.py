@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 from fractions import Fraction
-from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from coordinator.core import CoreError, ServiceDistribution
+from coordinator.sim.data import resolve_trace
 
 
 def brute(samples: list[int], a: int, delta: int | None, variant: str) -> Fraction:
@@ -80,10 +80,9 @@ def test_parse_learn_and_state() -> None:
         d.add(float("nan"))
 
 
-SEED = Path(__file__).resolve().parents[3] / "shared" / "traces" / "yarn-gput1000.csv"
+SEED = resolve_trace("yarn-gput1000")
 
 
-@pytest.mark.skipif(not SEED.exists(), reason="shared traces not present")
 def test_seed_file_loads() -> None:
     lines = SEED.read_text().splitlines()
     d = ServiceDistribution.parse(lines)

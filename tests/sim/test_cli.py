@@ -17,6 +17,7 @@ from coordinator.sim.report import METRICS
 
 ROOT = Path(__file__).resolve().parents[2]
 FIGURE7 = ROOT / "examples" / "traces" / "figure7.csv"
+DATA = ROOT / "coordinator" / "sim" / "data"
 FIGURE7_ARGS = [str(FIGURE7), "--cluster", "1x2", "--interval", "1"]
 
 
@@ -130,3 +131,19 @@ def test_bad_knobs_are_errors(capsys: pytest.CaptureFixture[str]) -> None:
             main([str(FIGURE7), "--policy", "tiresias-l", *extra])
         assert e.value.code == 2
         assert "tiresias-sim: error:" in capsys.readouterr().err
+
+
+def test_shipped_traces_by_name_from_any_directory(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The README's examples: shipped traces and Gittins samples by name, outside the repo,
+    give what the files themselves give."""
+    monkeypatch.chdir(tmp_path)
+    knobs = ["--cluster", "4x4", "--policy", "tiresias-g", "--gittins-samples"]
+    by_name = run_json(capsys, "tiresias-60job", *knobs, "yarn-gput1000")
+    by_path = run_json(
+        capsys, str(DATA / "tiresias-60job.csv"), *knobs, str(DATA / "yarn-gput1000.csv")
+    )
+    assert by_name == by_path and by_name["policies"]["tiresias-g"]["avg_jct"] > 0
+    philly = run_json(capsys, "philly", "--limit", "200", "--cluster", "8x8", "--policy", "srsf")
+    assert philly["policies"]["srsf"]["makespan"] > 0

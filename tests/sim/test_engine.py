@@ -15,9 +15,9 @@ from coordinator.sim import engine
 from coordinator.sim.cli import cluster_from_shape
 from coordinator.sim.engine import SimResult, simulate
 from coordinator.sim.profiles import PROFILES, profile
-from coordinator.sim.traces import load_trace
+from coordinator.sim.traces import load_trace, resolve_trace
 
-PHILLY = Path(__file__).resolve().parents[3] / "shared" / "traces" / "philly.csv"
+PHILLY = resolve_trace("philly")
 
 
 def spec(
@@ -137,7 +137,6 @@ def test_every_job_completes_and_jct_covers_duration(
     assert result.utilization <= 1.0 + 1e-9
 
 
-@pytest.mark.skipif(not PHILLY.exists(), reason="shared traces not present")
 def test_philly_slice_tiresias_beats_fifo_like_baseline() -> None:
     specs = load_trace(PHILLY, limit=1500).specs
     nodes = cluster_from_shape("4x8")

@@ -12,12 +12,8 @@ from coordinator.sim.traces import (
     detect_format,
     load_trace,
     parse_when,
+    resolve_trace,
 )
-
-SHARED = Path(__file__).resolve().parents[3] / "shared" / "traces"
-PHILLY = SHARED / "philly.csv"
-TIRESIAS_60 = SHARED / "tiresias-60job.csv"
-needs_shared = pytest.mark.skipif(not PHILLY.exists(), reason="shared traces not present")
 
 PHILLY_ROWS = """timestamp,duration,num_gpus,gpu_time,cluster
 2017-10-09 07:00:10,100.0,1,100.0,vcA
@@ -85,14 +81,20 @@ def test_tiresias_csv(tmp_path: Path) -> None:
     assert none.model is None and none.skew is None
 
 
-@needs_shared
 def test_shipped_traces_parse() -> None:
-    sixty = load_trace(TIRESIAS_60)
+    sixty = load_trace("tiresias-60job")  # by name, from any working directory
     assert len(sixty.specs) == 60 and sixty.specs[0].duration == 164.0
-    philly = load_trace(PHILLY, limit=1000)
+    philly = load_trace("philly.csv", limit=1000)
     assert len(philly.specs) == 1000
     assert philly.specs[0].arrival == 0.0
     assert all(a.arrival <= b.arrival for a, b in zip(philly.specs, philly.specs[1:], strict=False))
+
+
+def test_a_trace_name_that_is_neither_a_file_nor_shipped_is_a_missing_file() -> None:
+    assert resolve_trace("no-such-trace") == Path("no-such-trace")
+    assert resolve_trace("sub/philly") == Path("sub/philly")  # a path is never a name
+    with pytest.raises(TraceError, match="no-such-trace"):
+        load_trace("no-such-trace")
 
 
 def test_philly_json(tmp_path: Path) -> None:

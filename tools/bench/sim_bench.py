@@ -23,9 +23,9 @@ from pathlib import Path
 from coordinator.core import POLICY_NAMES
 from coordinator.sim.cli import cluster_from_shape
 from coordinator.sim.engine import SimOptions, run
-from coordinator.sim.traces import load_trace
+from coordinator.sim.traces import load_trace, resolve_trace
 
-DEFAULT_TRACE = Path(__file__).resolve().parents[3] / "shared" / "traces" / "philly.csv"
+DEFAULT_TRACE = resolve_trace("philly")
 
 
 def measure(trace: Path, cluster: str, policy: str, limit: int | None) -> dict[str, object]:

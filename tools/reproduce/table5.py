@@ -30,10 +30,10 @@ from coordinator.core.model import JobSpec, Node
 from coordinator.sim.cli import cluster_from_shape
 from coordinator.sim.engine import SimOptions, SimResult, run
 from coordinator.sim.report import Bins, format_report
-from coordinator.sim.traces import load_trace, parse_when
+from coordinator.sim.traces import load_trace, parse_when, resolve_trace
 
 ROOT = Path(__file__).resolve().parents[2]
-DEFAULT_TRACE = ROOT.parent / "shared" / "traces" / "philly.csv"
+DEFAULT_TRACE = resolve_trace("philly")
 START, END = "2017-10-09", "2017-12-18"
 CLUSTER = "40x8"
 BASELINE = "tiresias-l"
