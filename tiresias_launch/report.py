@@ -13,7 +13,6 @@ import logging
 import os
 import threading
 import time
-import warnings
 from typing import Any
 
 import msgpack
@@ -40,9 +39,7 @@ class GpuClock:
     @staticmethod
     def _nvml_handles() -> list[Any]:
         try:
-            with warnings.catch_warnings():  # pynvml warns that it is deprecated on import
-                warnings.simplefilter("ignore", FutureWarning)
-                import pynvml
+            import pynvml
 
             pynvml.nvmlInit()
             visible = os.environ.get("CUDA_VISIBLE_DEVICES", "")

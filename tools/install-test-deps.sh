@@ -12,7 +12,7 @@ if [ ${#need_apt[@]} -gt 0 ]; then
   apt-get update -qq
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_apt[@]}" >/dev/null
 fi
-python -m pip install -q -e '.[test,nvml]'
+python -m pip install -q -e '.[test]'
 python -m pip install -q --no-deps 'tf_keras==2.18.0'
 if ! python -c 'import horovod.tensorflow' 2>/dev/null; then
   # pip caches the built wheel, so only the first install on a machine takes ~8 minutes.

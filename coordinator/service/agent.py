@@ -20,7 +20,6 @@ import subprocess
 import sys
 import threading
 import time
-import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -44,8 +43,9 @@ SETTLE = 2.0
 PR_SET_PDEATHSIG = 1
 
 
-def discover_gpus(requested: str) -> list[dict[str, Any]]:
-    """GPUs of this machine: NVML when present (``auto``), else ``N`` virtual ones."""
+def discover_gpus(requested: str, dev: Path = Path("/dev")) -> list[dict[str, Any]]:
+    """GPUs of this machine: NVML's (``auto``), else ``N`` virtual ones. ``auto`` on a
+    machine without NVIDIA devices declares one virtual GPU, so a laptop can run an agent."""
     if requested != "auto":
         try:
             count = int(requested)
@@ -54,21 +54,33 @@ def discover_gpus(requested: str) -> list[dict[str, Any]]:
         if count < 1:
             raise ValueError(f"--gpus {count}: a node needs at least one GPU")
         return [{"index": i, "uuid": f"virtual-{i}", "memory": None} for i in range(count)]
-    nvml = nvml_gpus()
+    nvml = nvml_gpus(dev)
     if nvml is None:
-        log.warning("NVML is not available; declaring 1 virtual GPU (use --gpus N)")
+        log.warning("no NVIDIA GPU on this machine; declaring 1 virtual GPU (use --gpus N)")
         return discover_gpus("1")
     return nvml
 
 
-def nvml_gpus() -> list[dict[str, Any]] | None:
-    """The machine's GPUs from NVML, or None without a driver."""
+def nvidia_devices(dev: Path = Path("/dev")) -> list[Path]:
+    """The NVIDIA GPU device nodes (``/dev/nvidia0``, …): present whenever a driver is."""
+    return sorted(p for p in dev.glob("nvidia*") if p.name.removeprefix("nvidia").isdigit())
+
+
+def nvml_gpus(dev: Path = Path("/dev")) -> list[dict[str, Any]] | None:
+    """The machine's GPUs from NVML; None on a machine without NVIDIA GPUs. A machine with
+    NVIDIA device nodes but no working NVML is an error: counting its GPUs wrong would
+    silently over- or under-commit them."""
     try:
-        with warnings.catch_warnings():  # pynvml warns that it is deprecated in favour of itself
-            warnings.simplefilter("ignore", FutureWarning)
-            import pynvml
+        import pynvml
+
         pynvml.nvmlInit()
-    except Exception:
+    except Exception as e:
+        devices = nvidia_devices(dev)
+        if devices:
+            raise ValueError(
+                f"this machine has NVIDIA GPUs ({', '.join(map(str, devices))}) but NVML "
+                f"cannot be loaded ({e}); install the driver's libnvidia-ml, or pass --gpus N"
+            ) from None
         return None
     try:
         gpus = []
