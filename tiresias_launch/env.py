@@ -28,6 +28,8 @@ GPUS = "TIRESIAS_GPUS"
 KEEP_CHECKPOINTS = "TIRESIAS_KEEP_CHECKPOINTS"
 HOROVOD_HOSTS = "TIRESIAS_HOROVOD_HOSTS"
 CURVE_KEYS = "TIRESIAS_CURVE_KEYS"  # CURVE key directory when the coordinator requires keys
+#: Deterministic preemption for tests and demos: hold at this step until preempted.
+HOLD_AT_STEP = "TIRESIAS_HOLD_AT_STEP"
 
 ROLES = ("chief", "worker", "ps")
 MODES = ("single", "ps", "allreduce", "horovod")
@@ -57,6 +59,7 @@ class LaunchEnv:
     keep_checkpoints: int
     tf_config: Mapping[str, object] | None
     curve_keys: Path | None = None
+    hold_at_step: int | None = None
 
     @property
     def is_chief(self) -> bool:
@@ -162,4 +165,5 @@ def parse(env: Mapping[str, str] | None = None) -> LaunchEnv:
         keep_checkpoints=_int(env, KEEP_CHECKPOINTS, 3, minimum=1),
         tf_config=_tf_config(env),
         curve_keys=Path(env[CURVE_KEYS]) if env.get(CURVE_KEYS) else None,
+        hold_at_step=_int(env, HOLD_AT_STEP, 0, minimum=1) or None,
     )

@@ -131,10 +131,21 @@ class Runtime:
 
     def should_stop(self, step: int) -> bool:
         """Whether to stop before running step ``step``; identical on every rank."""
+        if step == self.env.hold_at_step and (self.restored_step or 0) < step:
+            self._hold_until_preempted(step)
         if self.agreement is None:
             return bool(self.flag)
         mean = self._step_seconds / self._steps if self._steps else 0.0
         return self.agreement.should_stop(step, bool(self.flag), mean)
+
+    def _hold_until_preempted(self, step: int) -> None:
+        """``TIRESIAS_HOLD_AT_STEP``: wait at this boundary for the preemption signal, so a
+        test or demo preempts at a chosen step however fast the machine is. Every rank holds
+        at the same step and the agent signals every rank, so they all check here."""
+        print(f"tiresias: holding at step {step} until preempted", flush=True)
+        self.flag.wait()
+        if self.agreement is not None:
+            self.agreement.next_check = step
 
     # -- preemption ---------------------------------------------------------------------
     def save(

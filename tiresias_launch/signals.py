@@ -8,6 +8,7 @@ TensorFlow op never interrupts the op; the training loop notices at the next bou
 from __future__ import annotations
 
 import signal
+import threading
 from collections.abc import Iterable
 from types import FrameType
 
@@ -17,6 +18,7 @@ class PreemptFlag:
 
     def __init__(self) -> None:
         self.received: int | None = None
+        self._arrived = threading.Event()
 
     def __bool__(self) -> bool:
         return self.received is not None
@@ -25,6 +27,13 @@ class PreemptFlag:
         """Mark preemption requested (the signal handler, or a test/bench calling directly)."""
         if self.received is None:
             self.received = signum
+            self._arrived.set()
+
+    def wait(self) -> None:
+        """Block until a preemption signal has arrived (at once if one already has). The
+        main thread wakes in slices so that CPython can run the signal handler."""
+        while not self._arrived.wait(0.2):
+            pass
 
     def install(self, signals: Iterable[signal.Signals]) -> None:
         """Route ``signals`` to this flag; only possible from the main thread."""

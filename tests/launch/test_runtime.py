@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import msgpack
@@ -153,3 +155,37 @@ def test_facade_report_checks_fields_and_notes_them(
     tiresias.report(skew=0.25)
     message = FakeRuntime.reporter.message()
     assert message is not None and message["skew"] == 0.25
+
+
+HOLDING_LOOP = """
+from tiresias_launch.runtime import get_runtime
+rt = get_runtime()
+for step in range(10):
+    if rt.should_stop(step):
+        print(f"stopped before step {step}", flush=True)
+        raise SystemExit(75)
+    rt.step_done(step + 1, 0.001)
+print("ran all 10 steps", flush=True)
+"""
+
+
+def test_hold_at_step_waits_for_the_preemption_signal(tmp_path: Path) -> None:
+    """TIRESIAS_HOLD_AT_STEP makes a preemption land at one chosen step however fast the
+    loop runs: the process holds there, and the signal stops it exactly at that step."""
+    env = {**os.environ, "TIRESIAS_HOLD_AT_STEP": "4", "TIRESIAS_CHECKPOINT_DIR": str(tmp_path)}
+    with subprocess.Popen(
+        [sys.executable, "-c", HOLDING_LOOP], stdout=subprocess.PIPE, text=True, env=env
+    ) as proc:
+        assert proc.stdout is not None
+        assert proc.stdout.readline() == "tiresias: holding at step 4 until preempted\n"
+        proc.send_signal(signal.SIGTERM)
+        assert proc.stdout.read() == "stopped before step 4\n"
+        assert proc.wait(30) == 75
+    plain = subprocess.run(
+        [sys.executable, "-c", HOLDING_LOOP],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**env, "TIRESIAS_HOLD_AT_STEP": ""},
+    )
+    assert plain.stdout == "ran all 10 steps\n"
