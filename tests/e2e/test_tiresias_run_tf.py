@@ -2,15 +2,17 @@
 preempted the way users' jobs are: by the scheduling policy.
 
 Each test starts ``tiresias-run`` (2D-LAS, ``tiresias-l``) with a Q1 threshold of a few
-GPU-seconds and lets the TensorFlow job train until it has been demoted to Q2 and has made
-progress. A short competing job (``examples/fake_job.py``, submitted with ``tiresias submit
+GPU-seconds and ``TIRESIAS_HOLD_AT_STEP=k`` for a step k drawn from a seeded generator: the
+TensorFlow job trains k steps and holds there until it is preempted, so it can neither finish
+first nor be preempted elsewhere, however fast or loaded the machine. Once it has been demoted
+to Q2, a short competing job (``examples/fake_job.py``, submitted with ``tiresias submit
 --coordinator``) then lands in Q1 and needs the GPU, so the scheduler preempts the TensorFlow
 job: every process of it checkpoints and exits 75, the competitor runs and finishes, and the
 TensorFlow job is started again, resumes from its checkpoint and finishes.
 
 What is asserted comes from the job's own output (the chief's log, whose runs the agent
 separates with ``=== j1 restart N on local ===`` lines), the checkpoint on disk and
-``tiresias-run``'s exit code and summary: one checkpoint at step k with 0 < k < total, the
+``tiresias-run``'s exit code and summary: one checkpoint, at exactly step k, the
 first run trained exactly steps 0…k-1, the second run exactly steps k…total-1 (it continues
 at the checkpoint's step + 1 counting from one), one preemption, one restart, exit code 0.
 """
@@ -20,6 +22,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import random
 import re
 import subprocess
 import sys
@@ -33,13 +36,17 @@ from helpers import FAKE_JOB, REPO, free_port, wait_until
 
 from coordinator.service.client import Client
 
-#: Q1 → Q2 threshold in GPU-seconds: the TensorFlow job passes it while it starts, the
-#: competitor (a fraction of a second of fake steps) never does.
+#: Q1 → Q2 threshold in GPU-seconds: the TensorFlow job passes it while it starts or holds,
+#: the competitor (a fraction of a second of fake steps) never does.
 THRESHOLD = 5.0
-#: The TensorFlow job must have run this many steps before the competitor is submitted.
-PROGRESS = 20
-RUN_TIMEOUT = 150.0
+RUN_TIMEOUT = 300.0
 JOB = "j1"
+HOLDING = "tiresias: holding at step {} until preempted"
+
+
+def preemption_step(test: str, total: int) -> int:
+    """The step at which ``test`` preempts its job: drawn, but the same on every run."""
+    return random.Random(test).randrange(1, total)
 
 
 @dataclass
@@ -47,6 +54,7 @@ class EmbeddedRun:
     """One ``tiresias-run`` process with its embedded coordinator's address and state."""
 
     proc: subprocess.Popen[bytes]
+    hold_at: int
     address: str
     state: Path
     out: Path
@@ -76,8 +84,9 @@ def embedded_run(tmp_path: Path) -> Iterator[StartRun]:
     """Starts ``tiresias-run`` with a small Q1 threshold; stops it at the end of the test."""
     runs: list[EmbeddedRun] = []
 
-    def start(*job: str) -> EmbeddedRun:
-        """``tiresias-run [scheduler options] *job``, with its output in files."""
+    def start(hold_at: int, *job: str) -> EmbeddedRun:
+        """``tiresias-run [scheduler options] *job`` holding at step ``hold_at``, with its
+        output in files."""
         address = f"tcp://127.0.0.1:{free_port()}"
         state = tmp_path / "state"
         out, err = tmp_path / "tiresias-run.out", tmp_path / "tiresias-run.err"
@@ -100,9 +109,15 @@ def embedded_run(tmp_path: Path) -> Iterator[StartRun]:
                 stdout=stdout,
                 stderr=stderr,
                 cwd=tmp_path,
-                env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONUNBUFFERED": "1"},
+                env={
+                    **os.environ,
+                    "TF_CPP_MIN_LOG_LEVEL": "2",
+                    "PYTHONUNBUFFERED": "1",
+                    "TIRESIAS_HOLD_AT_STEP": str(hold_at),
+                },
             )
-        run = EmbeddedRun(proc, address, state, out, err, Client(address, None, timeout=5))
+        client = Client(address, None, timeout=30)  # four TensorFlow imports may load the box
+        run = EmbeddedRun(proc, hold_at, address, state, out, err, client)
         runs.append(run)
         return run
 
@@ -115,15 +130,14 @@ def embedded_run(tmp_path: Path) -> Iterator[StartRun]:
 
 
 def preempt_with_a_short_job(run: EmbeddedRun) -> None:
-    """Once the job is in Q2 and has trained PROGRESS steps, submit a one-GPU job that
-    lands in Q1: the scheduler preempts the TensorFlow job to run it."""
+    """Once the job holds at its step and is in Q2, submit a one-GPU job that lands in Q1:
+    the scheduler preempts the TensorFlow job to run it."""
 
-    def demoted_and_training() -> bool:
-        job = run.job()
-        return job["queue"] == 1 and (job["progress"].get("step") or 0) >= PROGRESS
+    def demoted_and_holding() -> bool:
+        return HOLDING.format(run.hold_at) in run.log() and run.job()["queue"] == 1
 
     try:
-        wait_until(demoted_and_training, 90, f"the job to be in Q2 after {PROGRESS} steps")
+        wait_until(demoted_and_holding, 180, f"the job to hold at step {run.hold_at} in Q2")
     except AssertionError as e:
         raise AssertionError(f"{e}\n{run.diagnostics()}") from None
     submitted = subprocess.run(
@@ -170,14 +184,13 @@ def runs_of(log: str) -> list[str]:
     return parts[2::2]
 
 
-def checkpoint_step(run: EmbeddedRun, total: int) -> int:
-    """The step of the job's only checkpoint (written at the preemption), mid-training."""
+def checkpoint_step(run: EmbeddedRun) -> int:
+    """The step of the job's only checkpoint: the one it held at until preempted."""
     ckpts = sorted((run.state / "checkpoints" / JOB).glob("ckpt-*"))
     assert len(ckpts) == 1, f"expected one checkpoint, found {ckpts}\n{run.diagnostics()}"
     manifest = json.loads((ckpts[0] / "MANIFEST.json").read_text())
-    step = int(manifest["step"])
-    assert 0 < step < total, f"preempted at step {step}, not mid-training (0 < k < {total})"
-    return step
+    assert int(manifest["step"]) == run.hold_at, run.diagnostics()
+    return run.hold_at
 
 
 def logged_steps(text: str) -> list[int]:
@@ -187,7 +200,7 @@ def logged_steps(text: str) -> list[int]:
 def assert_resumed_exactly(run: EmbeddedRun, total: int) -> None:
     """Run 0 logged steps 0…k-1, run 1 steps k…total-1: nothing lost, nothing repeated."""
     first, second = runs_of(run.log())
-    k = checkpoint_step(run, total)
+    k = checkpoint_step(run)
     assert logged_steps(first) == list(range(k)), run.diagnostics()
     assert logged_steps(second) == list(range(k, total)), run.diagnostics()
 
@@ -198,6 +211,7 @@ def train_mlp_through_a_preemption(
     """Runs ``models/<script>`` (the mlp, one loss line per step) as ``gang``, preempts it once
     with a short job, and checks that it resumed at exactly the checkpointed step."""
     run = embedded_run(
+        preemption_step(script, total),
         *gang,
         str(REPO / "models" / script),
         *("--model", "mlp", "--steps", str(total), "--log-every", "1"),
@@ -218,15 +232,15 @@ def test_unmodified_keras_fit_is_preempted_and_resumes(embedded_run: StartRun) -
     (same batches in the same order from the same weights). (Keras prints no header for the
     partial epoch's own ``fit`` when it is the first epoch: headers are checked in run 0.)"""
     script = str(REPO / "models" / "train_keras.py")
-    epochs, per_epoch = 4, 600
+    epochs, per_epoch = 4, 50
     total = epochs * per_epoch
     flags = ("--model", "mlp", "--steps", str(total), "--epochs", str(epochs))
-    run = embedded_run(script, *flags)
+    run = embedded_run(preemption_step("train_keras.py", total), script, *flags)
     preempt_with_a_short_job(run)
     finish(run)
 
     first, second = runs_of(run.log())
-    k = checkpoint_step(run, total)
+    k = checkpoint_step(run)
     epoch, batch = divmod(k, per_epoch)  # 0-based epoch and batches done in it
     headers = [int(e) for e in re.findall(rf"^Epoch (\d+)/{epochs}$", first, flags=re.MULTILINE)]
     assert headers == list(range(1, epoch + 2)), first
@@ -267,7 +281,7 @@ def test_parameter_server_job_is_preempted_and_resumes(embedded_run: StartRun) -
     joins every scheduled step before it saves, and the step is restored on resume), and no
     worker fails here, so the exact sequence is asserted."""
     gang = ("--ps", "1", "--workers", "2")
-    run = train_mlp_through_a_preemption(embedded_run, gang, "train.py", total=600)
+    run = train_mlp_through_a_preemption(embedded_run, gang, "train.py", total=200)
     for name in ("ps-0.log", "worker-0.log", "worker-1.log"):
         assert len(runs_of(run.log(name=name))) == 2  # the whole gang was stopped and restarted
 
@@ -279,5 +293,5 @@ def test_horovod_job_is_preempted_and_resumes(embedded_run: StartRun) -> None:
     """``models/train_horovod.py`` on 2 Horovod/Gloo ranks: both ranks stop at one agreed
     step, rank 0 checkpoints, both restore it on resume."""
     gang = ("--horovod", "--workers", "2")
-    run = train_mlp_through_a_preemption(embedded_run, gang, "train_horovod.py", total=800)
+    run = train_mlp_through_a_preemption(embedded_run, gang, "train_horovod.py", total=200)
     assert len(runs_of(run.log(name="worker-1.log"))) == 2
