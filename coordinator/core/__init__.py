@@ -20,7 +20,12 @@ Decisions taken here (each also documented where it is implemented):
 - Placement ``skew``: a job of unknown skew is consolidated (never slower for the job).
 """
 
-from coordinator.core.config import DEFAULT_QUEUE_THRESHOLDS, SchedulerConfig
+from coordinator.core.config import (
+    DEFAULT_QUEUE_ORDER,
+    DEFAULT_QUEUE_THRESHOLDS,
+    QUEUE_ORDERS,
+    SchedulerConfig,
+)
 from coordinator.core.gittins import GITTINS_VARIANTS, ServiceDistribution
 from coordinator.core.model import (
     Allocation,
@@ -47,10 +52,12 @@ from coordinator.core.scheduler import Scheduler
 
 __all__ = [
     "DEFAULT_PACKLIMIT",
+    "DEFAULT_QUEUE_ORDER",
     "DEFAULT_QUEUE_THRESHOLDS",
     "GITTINS_VARIANTS",
     "PLACEMENT_NAMES",
     "POLICY_NAMES",
+    "QUEUE_ORDERS",
     "Allocation",
     "CoreError",
     "Decision",

@@ -18,6 +18,13 @@ from coordinator.core.model import CoreError
 # ones (median 2-4x worse). See docs/simulator.md.
 DEFAULT_QUEUE_THRESHOLDS: tuple[float, ...] = (36000.0,)
 
+#: Orders inside a 2D-LAS queue. "first-start": FIFO by first start time, so a job that was
+#: preempted earlier evicts a later-started running job of its own queue. "running-first":
+#: running jobs ahead of waiting ones (each group FIFO by first start), so a running job is
+#: only ever preempted for a job of a higher queue (the authors' dlas-gpu rule).
+QUEUE_ORDERS: tuple[str, ...] = ("running-first", "first-start")
+DEFAULT_QUEUE_ORDER = "running-first"
+
 
 @dataclass(frozen=True)
 class SchedulerConfig:
@@ -25,12 +32,13 @@ class SchedulerConfig:
     len + 1 queues). ``promote_knob``: PROMOTEKNOB (∞ disables starvation promotion).
     ``interval``: also re-evaluate every ``interval`` seconds while jobs wait (0 = only at
     events and policy wakeups). ``reject_oversized``: refuse jobs larger than every GPU the
-    cluster has ever had."""
+    cluster has ever had. ``queue_order``: the order inside a queue (``QUEUE_ORDERS``)."""
 
     queue_thresholds: tuple[float, ...] = DEFAULT_QUEUE_THRESHOLDS
     promote_knob: float = math.inf
     interval: float = 0.0
     reject_oversized: bool = True
+    queue_order: str = DEFAULT_QUEUE_ORDER
 
     def __post_init__(self) -> None:
         q = tuple(float(x) for x in self.queue_thresholds)
@@ -41,6 +49,10 @@ class SchedulerConfig:
             raise CoreError(f"promote_knob must be > 0 (inf disables), got {self.promote_knob}")
         if not (self.interval >= 0 and math.isfinite(self.interval)):
             raise CoreError(f"interval must be a finite number >= 0, got {self.interval}")
+        if self.queue_order not in QUEUE_ORDERS:
+            raise CoreError(
+                f"unknown queue order {self.queue_order!r}; valid: {', '.join(QUEUE_ORDERS)}"
+            )
 
     @property
     def queues(self) -> int:
@@ -52,6 +64,7 @@ class SchedulerConfig:
             "promote_knob": None if math.isinf(self.promote_knob) else self.promote_knob,
             "interval": self.interval,
             "reject_oversized": self.reject_oversized,
+            "queue_order": self.queue_order,
         }
 
     @classmethod
@@ -62,4 +75,6 @@ class SchedulerConfig:
             promote_knob=math.inf if knob is None else float(knob),  # type: ignore[arg-type]
             interval=float(d["interval"]),  # type: ignore[arg-type]
             reject_oversized=bool(d["reject_oversized"]),
+            # snapshots from before the option ordered by first start
+            queue_order=str(d.get("queue_order", "first-start")),
         )

@@ -218,6 +218,18 @@ class _Queued(_Timed):
     reaches the next threshold. A waiting job with δ_J ≥ PROMOTEKNOB × t_J goes back to queue
     0 with t_J and δ_J reset."""
 
+    def bind(self, config: SchedulerConfig) -> None:
+        super().bind(config)
+        self._running_first = config.queue_order == "running-first"
+
+    def _in_queue(self, job: Job) -> Key:
+        """Order inside a FIFO queue (``SchedulerConfig.queue_order``): by first start, with
+        running jobs first when "running-first" (a waiting job then never preempts a running
+        job of its own queue)."""
+        if self._running_first:
+            return (job.state is not JobState.RUNNING, *_fifo_by_start(job))
+        return _fifo_by_start(job)
+
     def _next_change(self, job: Job) -> tuple[float, int] | None:
         last = self.config.queues - 1
         if job.state is JobState.RUNNING and job.queue < last:
@@ -244,7 +256,7 @@ class _Queued(_Timed):
 
 
 class TiresiasL(_Queued):
-    """Discretized 2D-LAS: queue, then FIFO by first start time (see ``_fifo_by_start``)."""
+    """Discretized 2D-LAS: queue, then the queue order (``_Queued._in_queue``)."""
 
     name = "tiresias-l"
 
@@ -252,7 +264,7 @@ class TiresiasL(_Queued):
         return True
 
     def key(self, job: Job, now: float) -> Key:
-        return (job.queue, *_fifo_by_start(job))
+        return (job.queue, *self._in_queue(job))
 
 
 class TiresiasG(_Queued):
@@ -303,10 +315,10 @@ class TiresiasG(_Queued):
     def key(self, job: Job, now: float) -> Key:
         q = job.queue
         if q == self.config.queues - 1:
-            return (q, 0.0, *_fifo_by_start(job))
+            return (q, 0.0, *self._in_queue(job))
         a = job.spec.gpus * _executed_for_order(job, now, self.config.interval)
         g = self.distribution.index(a, self.config.queue_thresholds[q], self._authors)
-        return (q, -g, *_fifo_by_start(job))
+        return (q, -g, *_fifo_by_start(job))  # an index tie: the earlier start
 
     def _running_keys(self, now: float) -> Iterable[Key]:
         """Running jobs in queues above every waiting job all keep their GPUs whatever their

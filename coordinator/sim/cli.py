@@ -9,7 +9,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from coordinator.core import GITTINS_VARIANTS, POLICY_NAMES, ServiceDistribution
+from coordinator.core import GITTINS_VARIANTS, POLICY_NAMES, QUEUE_ORDERS, ServiceDistribution
 from coordinator.core.model import CoreError, JobSpec, Node
 from coordinator.sim.engine import SimOptions, SimResult, build_scheduler, run
 from coordinator.sim.report import Bins, format_report, json_summary, write_outputs
@@ -132,6 +132,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     s.add_argument("--promote-knob", type=float, metavar="X", help="PROMOTEKNOB (inf: never)")
     s.add_argument(
+        "--queue-order",
+        choices=QUEUE_ORDERS,
+        help="order inside a tiresias queue: running jobs ahead of waiting ones (default), "
+        "or FIFO by first start (a preempted job may evict a later-started one)",
+    )
+    s.add_argument(
         "--interval",
         type=float,
         metavar="S",
@@ -201,6 +207,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             queues=args.queues,
             thresholds=args.thresholds,
             promote_knob=args.promote_knob,
+            queue_order=args.queue_order,
             interval=args.interval,
             gittins_samples=_samples(args.gittins_samples) if args.gittins_samples else None,
             gittins_variant=args.gittins_variant,

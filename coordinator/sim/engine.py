@@ -17,6 +17,7 @@ from typing import Literal
 
 from coordinator.core import (
     DEFAULT_PACKLIMIT,
+    DEFAULT_QUEUE_ORDER,
     DEFAULT_QUEUE_THRESHOLDS,
     Scheduler,
     SchedulerConfig,
@@ -49,6 +50,7 @@ class SimOptions:
     queues: int | None = None
     thresholds: tuple[float, ...] | None = None
     promote_knob: float | None = None
+    queue_order: str | None = None  # inside a tiresias queue: see core QUEUE_ORDERS
     # Re-evaluate priorities every ``interval`` seconds too; for las, instead of at the exact
     # times when attained services cross (the paper's Figure 7 model).
     interval: float | None = None
@@ -324,6 +326,7 @@ def build_scheduler(
         queue_thresholds=thresholds,
         promote_knob=opts.promote_knob if opts.promote_knob is not None else math.inf,
         interval=opts.interval or 0.0,
+        queue_order=opts.queue_order or DEFAULT_QUEUE_ORDER,
     )
     params: dict[str, object] = {}
     if policy == "tiresias-g":

@@ -126,6 +126,7 @@ def test_factories_name_the_valid_choices() -> None:
         {"queue_thresholds": (0.0,)},
         {"promote_knob": 0},
         {"interval": -1.0},
+        {"queue_order": "lifo"},
     ):
         with pytest.raises(CoreError):
             SchedulerConfig(**bad)  # type: ignore[arg-type]
@@ -163,7 +164,7 @@ def test_demotion_at_exact_crossing_then_preemption() -> None:
 
 
 def test_starvation_promotion_resets_service_and_wait() -> None:
-    s = sched(gpus=(2,), queue_thresholds=(100.0,), promote_knob=1.0)
+    s = sched(gpus=(2,), queue_thresholds=(100.0,), promote_knob=1.0, queue_order="first-start")
     s.submit(spec("a", 2), 0)
     settle(s, 0)
     s.submit(spec("b", 1, arrival=10), 10)
@@ -176,6 +177,26 @@ def test_starvation_promotion_resets_service_and_wait() -> None:
     # back in queue 0, a (first started at 0) is ahead of b (first started at 50)
     assert preempted(out) == ["b"] and started(out) == ["a"]
     assert a.total_executed == 50.0  # never reset: JCT and oracles use it
+
+
+@pytest.mark.parametrize(
+    ("order", "at_1500"),
+    [("first-start", (["b"], ["a"])), ("running-first", ([], []))],
+)
+def test_queue_order_decides_whether_a_preempted_job_evicts_its_queue(
+    order: str, at_1500: tuple[list[str], list[str]]
+) -> None:
+    # a (2 GPUs) is demoted at 500 and preempted for b; b is demoted to a's queue at 1500.
+    s = sched(gpus=(2,), queue_thresholds=(1000.0,), queue_order=order)
+    s.submit(spec("a", 2, duration=None), 0)
+    settle(s, 0)
+    s.submit(spec("b", 1, arrival=10, duration=None), 10)
+    out = settle(s, 500.0)
+    assert (preempted(out), started(out)) == (["a"], ["b"])
+    out = settle(s, 1500.0)
+    assert s.job("b").queue == 1 == s.job("a").queue
+    # first-start: a started first, so it evicts the running b; running-first: b keeps on
+    assert (preempted(out), started(out)) == at_1500
 
 
 def test_no_promotion_when_knob_is_infinite() -> None:
