@@ -13,7 +13,7 @@ than the cluster are left out of the slice for both simulators. Durations are wh
 (at least 1), as the reference reads them.
 
     nice -n 10 python tools/reproduce/compare_reference.py \\
-        --reference ../shared/reference/run-reference [--trace philly.csv] [--workers 2]
+        --reference ../shared/reference/run-reference [--trace PATH] [--workers 2]
 """
 
 from __future__ import annotations
@@ -36,10 +36,10 @@ from coordinator.core.model import JobSpec
 from coordinator.sim.cli import cluster_from_shape
 from coordinator.sim.engine import SimOptions, run
 from coordinator.sim.report import job_metrics
-from coordinator.sim.traces import load_trace, parse_when
+from coordinator.sim.traces import load_trace, parse_when, resolve_trace
 
 ROOT = Path(__file__).resolve().parents[2]
-DEFAULT_TRACE = ROOT / "coordinator" / "sim" / "data" / "philly.csv"
+DEFAULT_TRACE = resolve_trace("philly")
 OUT = ROOT / "docs" / "results" / "reference.md"
 GPUS_PER_NODE = 4
 LOADS = (0.8, 1.1)
