@@ -1,19 +1,32 @@
 """``tiresias``: talk to a running coordinator (submit, status, queue, nodes, cancel, logs) and
-make CURVE keys. Tables for people by default, ``--json`` for scripts."""
+make CURVE keys. Tables for people by default, ``--json`` for scripts.
+
+Queues are shown 1-based (Q1 is the highest priority); in ``--json`` output the ``queue`` field
+is the 0-based index, so ``"queue": 0`` is Q1."""
 
 from __future__ import annotations
 
 import argparse
 import json
 import os
+import signal
 import sys
 import time
+import urllib.parse
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 from coordinator.service import keys as curve
 from coordinator.service.client import Client, RequestError, client_keys, default_address
+
+#: ``submit``'s and ``tiresias-run``'s script argument.
+SCRIPT_HELP = (
+    "the training script, a Python file; it must exist here when the path is relative or "
+    "the nodes are this machine"
+)
+#: Job states after which nothing more happens.
+FINISHED = ("completed", "failed", "cancelled")
 
 
 def _dur(seconds: float | None) -> str:
@@ -37,6 +50,11 @@ def _num(x: float | None, fmt: str = "{:.2f}") -> str:
     return "-" if x is None else fmt.format(x)
 
 
+def _queue(index: int) -> str:
+    """Queue names as the paper writes them: Q1 (highest priority) … QK."""
+    return f"Q{index + 1}"
+
+
 def table(rows: Sequence[dict[str, Any]], columns: Sequence[tuple[str, Callable]]) -> str:
     """Left-aligned plain-text table; ``columns`` are (header, row → cell) pairs."""
     cells = [[h for h, _ in columns]] + [[str(f(r)) for _, f in columns] for r in rows]
@@ -50,7 +68,7 @@ JOB_COLUMNS: list[tuple[str, Callable]] = [
     ("JOB", lambda j: j["job_id"]),
     ("STATE", lambda j: j["state"]),
     ("GPUS", lambda j: j["gpus"]),
-    ("QUEUE", lambda j: j["queue"] + 1),
+    ("QUEUE", lambda j: _queue(j["queue"])),
     ("PRIORITY", lambda j: _num(j["priority"], "{:.4g}")),
     ("ATTAINED", lambda j: f"{j['attained']:.1f} GPU·s"),
     ("WAITING", lambda j: _dur(j["waiting"])),
@@ -70,7 +88,7 @@ def format_job(j: dict[str, Any]) -> str:
         f"state      {j['state']}"
         + (f"  exit code {j['exit_code']}" if j.get("exit_code") is not None else ""),
         f"shape      {j['workers']} workers, {j['ps']} ps, {j['gpus']} GPUs",
-        f"queue      Q{j['queue'] + 1}  priority {_num(j['priority'], '{:.4g}')}",
+        f"queue      {_queue(j['queue'])}  priority {_num(j['priority'], '{:.4g}')}",
         f"attained   {j['attained']:.1f} GPU·s  (run {_dur(j['executed'])}, "
         f"waiting {_dur(j['waiting'])})",
         f"skew S_J   {_num(j['skew'], '{:.3f}')}"
@@ -97,14 +115,36 @@ def _print(args: argparse.Namespace, data: Any, human: Callable[[Any], str]) -> 
     print(json.dumps(data, indent=2, sort_keys=True) if args.json else human(data))
 
 
+def on_this_machine(address: str) -> bool:
+    """Whether a coordinator at ``address`` is reachable only from this machine, so its nodes
+    (and the paths they see) are this machine's."""
+    url = urllib.parse.urlsplit(address)
+    if url.scheme in ("ipc", "inproc"):
+        return True
+    host = url.hostname or ""
+    return host == "localhost" or host.startswith("127.") or host == "::1"
+
+
+def script_argv(script: str, nodes_here: bool) -> str:
+    """The job's script as the nodes should see it: an absolute path when it exists here.
+    Raises ValueError for a script that cannot exist on the nodes either: a relative path
+    (jobs start in this directory) or any path when the nodes are this machine."""
+    path = Path(script)
+    if path.is_file():
+        return str(path.resolve())
+    if path.exists():
+        raise ValueError(f"{script} is not a file")
+    if path.is_absolute() and not nodes_here:
+        return script  # it may exist on the nodes only
+    hint = "" if path.is_absolute() else f" (in {os.getcwd()})"
+    raise ValueError(f"no such script: {script}{hint}")
+
+
 def cmd_submit(client: Client, args: argparse.Namespace) -> int:
     workers = args.workers if args.workers is not None else (args.gpus or 1)
     reply = client.request(
         "submit",
-        argv=[
-            str(Path(args.script).resolve()) if Path(args.script).exists() else args.script,
-            *args.args,
-        ],
+        argv=[script_argv(args.script, on_this_machine(client.address)), *args.args],
         workers=workers,
         ps=args.ps,
         horovod=args.horovod,
@@ -157,7 +197,10 @@ def cmd_cancel(client: Client, args: argparse.Namespace) -> int:
     _print(
         args,
         {"job_id": args.job, "state": reply["state"]},
-        lambda d: f"{d['job_id']}: {d['state']}",
+        lambda d: (
+            f"{d['job_id']}: "
+            + ("cancelled" if d["state"] == "cancelled" else "cancelling: stopping its processes")
+        ),
     )
     return 0
 
@@ -218,10 +261,20 @@ def _sections() -> Callable[[str, str], None]:
 
 def cmd_logs(client: Client, args: argparse.Namespace) -> int:
     job = args.job
+    view = client.request("status", job_id=job)["job"]
+    if view["first_start"] is None and not args.json:
+        never = view["state"] in FINISHED
+        print(
+            f"tiresias: {job} has no logs"
+            + (f": it never started ({view['state']})" if never else " yet: it has not started"),
+            file=sys.stderr,
+        )
+        if never or not args.follow:
+            return 0
 
     def finished() -> bool:
         state = client.request("status", job_id=job)["job"]["state"]
-        return state in ("completed", "failed", "cancelled")
+        return state in FINISHED
 
     if args.json:
         files: dict[str, str] = {}
@@ -260,11 +313,22 @@ def parser() -> argparse.ArgumentParser:
         "--curve-keys", default=None, help=f"CURVE key directory (default ${curve.KEYS_ENV})"
     )
     common.add_argument("--json", action="store_true", help="machine-readable output")
-    common.add_argument("--timeout", type=float, default=10.0, help="seconds to wait for replies")
-    ap = argparse.ArgumentParser(prog="tiresias", description=__doc__.split("\n")[0])
+    common.add_argument(
+        "--timeout",
+        type=float,
+        default=10.0,
+        help="seconds to wait for replies (default %(default)g)",
+    )
+    ap = argparse.ArgumentParser(prog="tiresias", description=__doc__.replace("``", ""))
+    ap.formatter_class = argparse.RawDescriptionHelpFormatter
     sub = ap.add_subparsers(dest="command", required=True)
     p = sub.add_parser("submit", parents=[common], help="queue a job")
-    p.add_argument("--workers", type=int, default=None, help="workers (one GPU each; W_J)")
+    p.add_argument(
+        "--workers",
+        type=int,
+        default=None,
+        help="workers, one GPU each (W_J; default: --gpus, else 1)",
+    )
     p.add_argument("--gpus", type=int, default=None, help="same as --workers")
     p.add_argument("--ps", type=int, default=0, help="parameter servers")
     p.add_argument("--horovod", action="store_true", help="run as Horovod ranks")
@@ -282,11 +346,14 @@ def parser() -> argparse.ArgumentParser:
         metavar="K=V",
         help="extra environment for the job's processes",
     )
-    p.add_argument("script")
-    p.add_argument("args", nargs=argparse.REMAINDER)
+    p.add_argument(
+        "script",
+        help=SCRIPT_HELP,
+    )
+    p.add_argument("args", nargs=argparse.REMAINDER, help="the script's own arguments")
     p.set_defaults(func=cmd_submit)
     p = sub.add_parser("status", parents=[common], help="all jobs, or one job in detail")
-    p.add_argument("job", nargs="?")
+    p.add_argument("job", nargs="?", help="a job id (default: every job, one line each)")
     p.set_defaults(func=cmd_status)
     sub.add_parser("queue", parents=[common], help="active jobs by queue").set_defaults(
         func=cmd_queue
@@ -295,18 +362,25 @@ def parser() -> argparse.ArgumentParser:
         func=cmd_nodes
     )
     p = sub.add_parser("cancel", parents=[common], help="cancel a job")
-    p.add_argument("job")
+    p.add_argument("job", help="a job id, e.g. j1")
     p.set_defaults(func=cmd_cancel)
     p = sub.add_parser("logs", parents=[common], help="a job's logs from every node")
-    p.add_argument("job")
+    p.add_argument("job", help="a job id, e.g. j1")
     p.add_argument("-f", "--follow", action="store_true", help="keep printing until it ends")
     p.set_defaults(func=cmd_logs)
     p = sub.add_parser("keys", help="CURVE keys")
     ksub = p.add_subparsers(dest="keys_command", required=True)
     g = ksub.add_parser("generate", help="write server/client keypairs into DIR")
-    g.add_argument("dir")
+    g.add_argument("dir", help="directory to create (or add keys to)")
     g.set_defaults(func=None)
     return ap
+
+
+def quiet_broken_pipe() -> int:
+    """The reader of our output went away (``| head``): stop without a traceback, as ``cat``
+    does, exiting 128 + SIGPIPE."""
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # the exit flush is moot
+    return 128 + signal.SIGPIPE
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -321,6 +395,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         with Client(args.coordinator, client_keys(args.curve_keys), args.timeout) as client:
             return args.func(client, args)
+    except BrokenPipeError:
+        return quiet_broken_pipe()
     except RequestError as e:
         print(f"tiresias: {e}", file=sys.stderr)
         return 1

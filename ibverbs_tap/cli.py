@@ -211,8 +211,10 @@ def _parser() -> argparse.ArgumentParser:
     run.set_defaults(func=cmd_run)
 
     prof = sub.add_parser("profile", help="watch a traced process")
-    prof.add_argument("pid", type=int)
-    prof.add_argument("--interval", type=float, default=1.0, help="seconds per window")
+    prof.add_argument("pid", type=int, help="a process started under `ibverbs-tap run`")
+    prof.add_argument(
+        "--interval", type=float, default=1.0, help="seconds per window (default %(default)g)"
+    )
     prof.add_argument("--duration", type=float, help="total seconds (default: one window)")
     prof.add_argument("--tree", action="store_true", help="include traced descendants")
     prof.add_argument("--json", action="store_true", help="one JSON object per window")
@@ -227,7 +229,7 @@ def _parser() -> argparse.ArgumentParser:
     sk.add_argument(
         "--tf-config", help="TF_CONFIG JSON or file (default: $TF_CONFIG, then the pid's)"
     )
-    sk.add_argument("--json", action="store_true")
+    sk.add_argument("--json", action="store_true", help="one JSON object: bytes per PS and S_J")
     sk.set_defaults(func=cmd_skew)
     return parser
 
@@ -236,6 +238,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
         return args.func(args)
+    except BrokenPipeError:  # the reader went away (`| head`): stop quietly, as cat does
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 128 + signal.SIGPIPE
     except TapError as e:
         print(f"ibverbs-tap: {e}", file=sys.stderr)
         return 1

@@ -17,13 +17,20 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from coordinator.cli import follow_logs, log_writer
+from coordinator.cli import (
+    FINISHED,
+    SCRIPT_HELP,
+    follow_logs,
+    log_writer,
+    on_this_machine,
+    quiet_broken_pipe,
+    script_argv,
+)
 from coordinator.core.config import DEFAULT_QUEUE_THRESHOLDS
+from coordinator.core.policies import POLICY_NAMES
 from coordinator.service.agent import Agent, discover_gpus, nvml_gpus
 from coordinator.service.client import Client, RequestError, client_keys
 from coordinator.service.coordinator import Coordinator, Options, comma_floats
-
-FINISHED = ("completed", "failed", "cancelled")
 
 
 class Embedded:
@@ -68,7 +75,9 @@ def parser() -> argparse.ArgumentParser:
         default=None,
         help="use this coordinator; without it, run an embedded one locally",
     )
-    ap.add_argument("--workers", type=int, default=1, help="workers, one GPU each (W_J)")
+    ap.add_argument(
+        "--workers", type=int, default=1, help="workers, one GPU each (W_J; default %(default)s)"
+    )
     ap.add_argument("--ps", type=int, default=0, help="parameter servers")
     ap.add_argument("--horovod", action="store_true", help="run as Horovod ranks")
     ap.add_argument(
@@ -87,7 +96,7 @@ def parser() -> argparse.ArgumentParser:
         "--grace",
         type=float,
         default=30.0,
-        help="embedded mode: seconds a preempted job gets to checkpoint",
+        help="embedded mode: seconds a preempted job gets to checkpoint (default %(default)g)",
     )
     ap.add_argument(
         "--bind",
@@ -98,7 +107,9 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument(
         "--policy",
         default=Options.policy,
-        help="embedded mode: scheduling policy (default %(default)s; see tiresias-coordinator)",
+        choices=POLICY_NAMES,
+        metavar="NAME",
+        help="embedded mode: scheduling policy, one of %(choices)s (default %(default)s)",
     )
     ap.add_argument(
         "--thresholds",
@@ -110,22 +121,25 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--curve-keys", default=None, help="CURVE key directory")
     ap.add_argument("--name", default=None, help="job name")
     ap.add_argument("-v", "--verbose", action="store_true", help="show service logs")
-    ap.add_argument("script")
-    ap.add_argument("args", nargs=argparse.REMAINDER)
+    ap.add_argument(
+        "script",
+        help=SCRIPT_HELP,
+    )
+    ap.add_argument("args", nargs=argparse.REMAINDER, help="the script's own arguments")
     return ap
 
 
 def run_job(client: Client, args: argparse.Namespace) -> int:
-    """Submit, stream logs until the job ends, return its exit code; SIGINT cancels it."""
-    script = Path(args.script)
+    """Submit ``args.script`` (as ``script_argv`` made it), stream logs until the job ends,
+    return its exit code; SIGINT cancels it."""
     job_id = client.request(
         "submit",
-        argv=[str(script.resolve()) if script.exists() else args.script, *args.args],
+        argv=[args.script, *args.args],
         workers=args.workers,
         ps=args.ps,
         horovod=args.horovod,
         cwd=os.getcwd(),
-        name=args.name or script.name,
+        name=args.name or Path(args.script).name,
     )["job_id"]
     print(f"tiresias-run: job {job_id} submitted to {client.address}", file=sys.stderr)
     cancelled = threading.Event()
@@ -143,10 +157,12 @@ def run_job(client: Client, args: argparse.Namespace) -> int:
             client.request("cancel", job_id=job_id)
             state["cancel_sent"] = True
         state.update(client.request("status", job_id=job_id)["job"])
+        if state["state"] in FINISHED:
+            return True  # said once, with the counts, below
         if state["state"] != state.get("shown"):
             state["shown"] = state["state"]
             print(f"tiresias-run: {job_id} {state['state']}", file=sys.stderr)
-        return state["state"] in FINISHED
+        return False
 
     try:
         follow_logs(
@@ -177,6 +193,9 @@ def main(argv: list[str] | None = None) -> int:
     embedded = None
     tmp = None
     try:
+        args.script = script_argv(
+            args.script, args.coordinator is None or on_this_machine(args.coordinator)
+        )
         if args.coordinator is None:
             if args.state is None:
                 tmp = tempfile.TemporaryDirectory(prefix="tiresias-run-")
@@ -203,6 +222,8 @@ def main(argv: list[str] | None = None) -> int:
             address = args.coordinator
         with Client(address, client_keys(args.curve_keys)) as client:
             return run_job(client, args)
+    except BrokenPipeError:
+        return quiet_broken_pipe()
     except RequestError as e:
         print(f"tiresias-run: {e}", file=sys.stderr)
         return 1

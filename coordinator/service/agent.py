@@ -438,23 +438,42 @@ class Agent:
             )
 
 
-def main(argv: list[str] | None = None) -> int:
+def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="tiresias-agent", description=__doc__.split("\n\n")[0])
     ap.add_argument(
         "--coordinator",
         default=default_address(),
         help="coordinator address (default $TIRESIAS_COORDINATOR or %(default)s)",
     )
-    ap.add_argument("--gpus", default="auto", help="'auto' (NVML) or a number of virtual GPUs")
+    ap.add_argument(
+        "--gpus",
+        default="auto",
+        help="'auto' (NVML) or a number of virtual GPUs (default %(default)s)",
+    )
     ap.add_argument("--name", default=None, help="node name (default: host name)")
     ap.add_argument(
         "--host",
         default=None,
         help="address peers of a job use to reach this node (default: --name)",
     )
-    ap.add_argument("--workdir", type=Path, default=None, help="where job logs go")
-    ap.add_argument("--heartbeat", type=float, default=1.0, help="seconds between heartbeats")
+    ap.add_argument(
+        "--workdir",
+        type=Path,
+        default=None,
+        help="where job logs go (default: ./tiresias-agent/NAME)",
+    )
+    ap.add_argument(
+        "--heartbeat",
+        type=float,
+        default=1.0,
+        help="seconds between heartbeats (default %(default)s)",
+    )
     ap.add_argument("--curve-keys", default=None, help=f"CURVE key directory (or ${KEYS_ENV})")
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = parser()
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     try:

@@ -38,7 +38,8 @@ from coordinator.core.model import (
     Start,
 )
 from coordinator.core.packlimit import PACKED, SPREAD, PackLimit
-from coordinator.core.placement import DEFAULT_PACKLIMIT
+from coordinator.core.placement import DEFAULT_PACKLIMIT, PLACEMENT_NAMES
+from coordinator.core.policies import POLICY_NAMES
 from coordinator.core.scheduler import Scheduler
 from coordinator.service import keys as curve
 from coordinator.service import profiler
@@ -602,7 +603,12 @@ class Coordinator:
             if msg.get(k) is not None
         }
         with self._atomic():
-            self._core("submit", spec=spec, now=now)
+            try:
+                self._core("submit", spec=spec, now=now)
+            except CoreError as e:  # the id stays free for the next submit: do not name it
+                raise protocol.ProtocolError(
+                    f"submit: {str(e).replace(f'job {job_id}', 'the job')}; nothing was queued"
+                ) from None
             self.next_job += 1
             self.store.set_meta("next_job", self.next_job)
             self.records[job_id] = {
@@ -861,19 +867,24 @@ def parser() -> argparse.ArgumentParser:
         "--state",
         type=Path,
         default=Options.state,
-        help="state directory (SQLite journal); reuse it to resume after a crash",
+        help="state directory (SQLite journal); reuse it to resume after a crash "
+        "(default ./%(default)s)",
     )
     ap.add_argument(
         "--policy",
         default=Options.policy,
-        help="scheduling policy: tiresias-l (2D-LAS), tiresias-g (2D-Gittins), las, "
-        "fifo/yarn-cs, … (default %(default)s)",
+        choices=POLICY_NAMES,
+        metavar="NAME",
+        help="scheduling policy: %(choices)s; tiresias-l is 2D-LAS, tiresias-g 2D-Gittins, "
+        "yarn-cs FIFO (default %(default)s)",
     )
     ap.add_argument(
         "--placement",
         default=Options.placement,
-        help="placement: consolidate, spread, yarn or skew (default: the policy's own, skew "
-        "for tiresias-l/-g, yarn for yarn-cs/best-effort, else consolidate)",
+        choices=PLACEMENT_NAMES,
+        metavar="NAME",
+        help="placement: %(choices)s (default: the policy's own, skew for tiresias-l/-g, "
+        "yarn for yarn-cs/best-effort, else consolidate)",
     )
     ap.add_argument(
         "--thresholds",
@@ -888,7 +899,13 @@ def parser() -> argparse.ArgumentParser:
         default=float("inf"),
         help="PROMOTEKNOB for starvation (default inf = off)",
     )
-    ap.add_argument("--packlimit", type=float, default=None, help="initial PACKLIMIT")
+    ap.add_argument(
+        "--packlimit",
+        type=float,
+        default=None,
+        help=f"initial PACKLIMIT of the skew placement (default {DEFAULT_PACKLIMIT:g}); "
+        "learned from finished jobs after that",
+    )
     ap.add_argument(
         "--interval",
         type=float,
@@ -920,6 +937,8 @@ def parser() -> argparse.ArgumentParser:
         "--preempt-signal",
         default=Options.preempt_signal,
         choices=["SIGTERM", "SIGINT", "SIGUSR1", "SIGUSR2"],
+        help="signal asking a preempted job's processes to checkpoint and exit; they get "
+        "--grace seconds before SIGKILL (default %(default)s)",
     )
     ap.add_argument(
         "--checkpoint-root",
@@ -955,7 +974,8 @@ def parser() -> argparse.ArgumentParser:
         "--port-base",
         type=int,
         default=Options.port_base,
-        help="first TCP port handed to jobs' TF/Horovod servers",
+        help="first TCP port handed to jobs' TF/Horovod servers; ports cycle through the "
+        "10000 from here (default %(default)s)",
     )
     return ap
 

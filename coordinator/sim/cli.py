@@ -181,8 +181,12 @@ def build_parser() -> argparse.ArgumentParser:
     o = p.add_argument_group("output")
     o.add_argument("--out", type=Path, metavar="DIR", help="write per-job CSVs, JSON, CDF plot")
     o.add_argument("--json", action="store_true", help="print only JSON metrics to stdout")
-    o.add_argument("--bins-gpus", type=int, default=8, help="large: ≥ this many GPUs (8)")
-    o.add_argument("--bins-duration", type=float, default=3600, help="long: ≥ seconds (3600)")
+    o.add_argument(
+        "--bins-gpus", type=int, default=8, help="large: ≥ this many GPUs (default %(default)s)"
+    )
+    o.add_argument(
+        "--bins-duration", type=float, default=3600, help="long: ≥ seconds (default %(default)g)"
+    )
     o.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     return p
 

@@ -26,12 +26,23 @@ def test_embedded_run_streams_logs_and_exits_with_the_job_code(tmp_path: Path) -
     assert ok.returncode == 0, err
     assert "[local/chief-0.log] done after 3 steps" in out
     assert "[local/worker-1.log] done after 3 steps" in out
-    assert "completed" in err
+    assert err.count("completed") == 1 and "j1 completed (restarts 0, preemptions 0)" in err
 
     bad = run(str(FAKE_JOB), "--steps", "5", "--step-time", "0.01", "--fail-at", "2", cwd=tmp_path)
     out, err = bad.communicate(timeout=60)
     assert bad.returncode == 3, err
     assert "failing at step 2" in out and "exit code 3" in err
+
+
+def test_missing_script_is_refused_before_anything_starts(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    for script in ("no_such_train.py", str(tmp_path / "no_such_train.py")):
+        proc = run("--state", str(state), script, cwd=tmp_path)
+        _, err = proc.communicate(timeout=60)
+        assert proc.returncode == 2 and err == f"tiresias-run: no such script: {script}" + (
+            f" (in {tmp_path})\n" if script == "no_such_train.py" else "\n"
+        )
+    assert not state.exists()
 
 
 def test_ctrl_c_cancels_the_job(tmp_path: Path) -> None:

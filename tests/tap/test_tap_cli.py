@@ -65,6 +65,26 @@ def test_profile_windows_report_bytes_and_rates(sink: SinkServer) -> None:
     assert "/s)" in text.stdout and "[512 B, 1.0 KiB)" in text.stdout
 
 
+def test_profile_into_a_closed_pipe_exits_quietly(sink: SinkServer) -> None:
+    """``ibverbs-tap profile PID | head``: the reader goes away; no traceback."""
+    proc = tap_popen([sys.executable, LOOPER, "stream", str(sink.ports[0])])
+    pid = proc.stdout.readline().split()[1]
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        with os.fdopen(write, "w") as closed:
+            out = subprocess.run(
+                [sys.executable, "-m", "ibverbs_tap.cli", "profile", pid, "--interval", "0.05"],
+                stdout=closed,
+                stderr=subprocess.PIPE,
+                text=True,
+                timeout=60,
+            )
+    finally:
+        _stop(proc)
+    assert out.returncode == 128 + signal.SIGPIPE and out.stderr == "", out.stderr
+
+
 def test_profile_tree_includes_traced_children(sink: SinkServer) -> None:
     proc = tap_popen([sys.executable, LOOPER, "stream", str(sink.ports[0]), "--spawn"])
     _, pid, child = (int(x) if x.isdigit() else x for x in proc.stdout.readline().split())
