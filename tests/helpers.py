@@ -13,10 +13,17 @@ REPO = Path(__file__).resolve().parents[1]
 FAKE_JOB = REPO / "examples" / "fake_job.py"
 
 
+#: No wait gives up sooner: a timeout only bounds how long a failing test takes, and a
+#: loaded machine (four TensorFlow imports, another job beside the suite) is slow, not wrong.
+MIN_WAIT = 60.0
+
+
 def wait_until(
     pred: Callable[[], Any], timeout: float = 20.0, what: str = "condition", interval: float = 0.05
 ) -> Any:
-    """Poll ``pred`` until it returns something truthy; fail with ``what`` at the deadline."""
+    """Poll ``pred`` until it returns something truthy; fail with ``what`` once at least
+    ``timeout`` (and MIN_WAIT) seconds have passed."""
+    timeout = max(timeout, MIN_WAIT)
     deadline = time.monotonic() + timeout
     last_error: Exception | None = None
     while time.monotonic() < deadline:

@@ -7,7 +7,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -15,15 +15,6 @@ from tiresias_launch.gang import GangRequest, ProcessSpec, free_local_port, plan
 
 SCRIPTS = Path(__file__).parent / "scripts"
 QUIET_TF = {"TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONWARNINGS": "ignore"}
-
-
-def wait_until(condition: Callable[[], object], timeout: float, what: str) -> None:
-    """Poll ``condition`` until true; fail with ``what`` after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
-        time.sleep(0.05)
 
 
 @dataclass

@@ -10,10 +10,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers import wait_until
 
 from tiresias_launch.checkpoint import PAUSE_HOOK, Checkpoint, CheckpointError, CheckpointStore
-
-from .gangs import wait_until
 
 MODEL = ["dense/kernel [4, 2] float32", "dense/bias [2] float32"]
 

@@ -11,14 +11,13 @@ from pathlib import Path
 import msgpack
 import pytest
 import zmq
+from helpers import wait_until
 
 from coordinator.protocol import validate
 from tiresias_launch.env import parse
 from tiresias_launch.report import Reporter
 from tiresias_launch.runtime import MAX_AGREEMENT_INTERVAL, Agreement
 from tiresias_launch.signals import PreemptFlag
-
-from .gangs import wait_until
 
 
 def test_every_preemption_signal_sets_the_flag() -> None:

@@ -10,12 +10,13 @@ from pathlib import Path
 import msgpack
 import pytest
 import zmq
+from helpers import wait_until
 
 from tiresias_launch import EXIT_CHECKPOINTED
 from tiresias_launch.checkpoint import PAUSE_HOOK, CheckpointStore
 from tiresias_launch.gang import GangRequest
 
-from .gangs import SCRIPTS, read_steps, start, wait_until
+from .gangs import SCRIPTS, read_steps, start
 
 pytestmark = pytest.mark.tf
 TIMEOUT = 180
