@@ -7,6 +7,7 @@ crashing the event loop or corrupting scheduler state.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -133,6 +134,8 @@ REQUESTS = frozenset(
         "exited",
     }
 )
+#: Report fields that are counts or durations: finite and >= 0.
+REPORT_AMOUNTS = ("task_index", "restart", "step", "iterations", "iter_time", "gpu_time")
 #: Outcomes an agent may report for its part of a job.
 PART_OUTCOMES = ("completed", "checkpointed", "failed", "killed")
 
@@ -196,11 +199,53 @@ def check_fields(where: str, data: Any, schema: Mapping[str, Field]) -> None:
 def _check_str_list(where: str, value: list[Any]) -> None:
     if not all(isinstance(a, str) for a in value):
         raise ProtocolError(f"{where} must be a list of strings")
+    if any("\0" in a for a in value):
+        raise ProtocolError(f"{where} must not contain NUL characters")
 
 
 def _check_str_map(where: str, value: dict[Any, Any], vtype: type = str) -> None:
-    if not all(isinstance(k, str) and isinstance(v, vtype) for k, v in value.items()):
+    if not all(isinstance(k, str) and type(v) is vtype for k, v in value.items()):
         raise ProtocolError(f"{where} must map strings to {vtype.__name__}")
+
+
+def _check_environment(where: str, env: dict[Any, Any]) -> None:
+    """What ``execve`` accepts: names without ``=`` or NUL, values without NUL."""
+    _check_str_map(where, env)
+    for key, value in env.items():
+        if not key or "=" in key or "\0" in key:
+            raise ProtocolError(f"{where}: {key!r} is not a valid variable name (no '=' or NUL)")
+        if "\0" in value:
+            raise ProtocolError(f"{where}: the value of {key!r} contains a NUL character")
+
+
+def _check_path(where: str, value: str | None) -> None:
+    if value is not None and "\0" in value:
+        raise ProtocolError(f"{where} must not contain NUL characters")
+
+
+def _check_offsets(where: str, offsets: dict[Any, Any]) -> None:
+    _check_str_map(where, offsets, int)
+    if any(v < 0 for v in offsets.values()):
+        raise ProtocolError(f"{where}: byte offsets must be >= 0")
+
+
+def _finite(value: Any) -> bool:
+    """No NaN or infinity anywhere in ``value`` (numbers, lists, maps)."""
+    if isinstance(value, float):
+        return math.isfinite(value)
+    if isinstance(value, list):
+        return all(_finite(v) for v in value)
+    if isinstance(value, dict):
+        return all(_finite(v) for v in value.values())
+    return True
+
+
+def _check_amounts(t: str, msg: dict[str, Any], names: tuple[str, ...]) -> None:
+    """Counts and durations: finite and >= 0 (nil allowed where the schema allows it)."""
+    for name in names:
+        value = msg.get(name)
+        if value is not None and not (_finite(value) and value >= 0):
+            raise ProtocolError(f"{t}: '{name}' must be a finite number >= 0, got {value!r}")
 
 
 def _check_items(where: str, items: list[Any], schema: Mapping[str, Field]) -> None:
@@ -215,7 +260,8 @@ def _check_nested(t: str, msg: dict[str, Any]) -> None:
             raise ProtocolError("submit: 'argv' must name a script")
         _check_str_list("submit: 'argv'", msg["argv"])
         if msg.get("env"):
-            _check_str_map("submit: 'env'", msg["env"])
+            _check_environment("submit: 'env'", msg["env"])
+        _check_path("submit: 'cwd'", msg.get("cwd"))
         if msg["workers"] < 1:
             raise ProtocolError(f"submit: 'workers' must be >= 1, got {msg['workers']}")
         if msg.get("ps", 0) < 0:
@@ -223,7 +269,7 @@ def _check_nested(t: str, msg: dict[str, Any]) -> None:
         if msg.get("gpus") is not None and msg["gpus"] < 1:
             raise ProtocolError(f"submit: 'gpus' must be >= 1, got {msg['gpus']}")
         duration = msg.get("duration")
-        if duration is not None and not 0 < duration < float("inf"):
+        if duration is not None and not 0 < duration < math.inf:
             raise ProtocolError(f"submit: 'duration' must be a positive number, got {duration}")
         skew = msg.get("skew")
         if skew is not None and not 0.0 <= skew <= 1.0:
@@ -242,12 +288,24 @@ def _check_nested(t: str, msg: dict[str, Any]) -> None:
         _check_items("launch: 'processes'", msg["processes"], PROCESS_SPEC)
         for i, p in enumerate(msg["processes"]):
             _check_str_list(f"launch: 'processes'[{i}].argv", p["argv"])
-            _check_str_map(f"launch: 'processes'[{i}].env", p["env"])
+            _check_environment(f"launch: 'processes'[{i}].env", p["env"])
+            _check_path(f"launch: 'processes'[{i}].cwd", p.get("cwd"))
             if not all(isinstance(g, int) for g in p["gpus"]):
                 raise ProtocolError(f"launch: 'processes'[{i}].gpus must be integers")
-    elif t in ("logs", "fetch_logs") and msg.get("offsets"):
-        _check_str_map(f"{t}: 'offsets'", msg["offsets"], int)
+        _check_amounts(t, msg, ("restart", "grace"))
+    elif t in ("logs", "fetch_logs"):
+        if msg.get("offsets"):
+            _check_offsets(f"{t}: 'offsets'", msg["offsets"])
+        _check_amounts(t, msg, ("limit",))
+    elif t in ("preempt", "kill"):
+        _check_amounts(t, msg, ("restart", "grace"))
+    elif t == "advance":
+        _check_amounts(t, msg, ("seconds",))
     elif t == "report":
+        _check_amounts(t, msg, REPORT_AMOUNTS)
+        for name in ("checkpoint", "warmup"):
+            if not _finite(msg.get(name)):
+                raise ProtocolError(f"report: '{name}' must not contain NaN or infinity")
         skew = msg.get("skew")
         if skew is not None and not 0.0 <= skew <= 1.0:
             raise ProtocolError(f"report: 'skew' must be in [0, 1], got {skew}")
@@ -266,7 +324,7 @@ def validate(msg: Any) -> dict[str, Any]:
     if t not in SCHEMAS:
         raise ProtocolError(f"unknown message type {t!r}")
     v = msg.get("v")
-    if v != VERSION:
+    if type(v) is not int or v != VERSION:  # 1.0 == True == 1 in Python: not on the wire
         raise ProtocolError(f"{t}: protocol version {v!r} not supported (expected {VERSION})")
     if t in REQUESTS and not (isinstance(msg.get("id"), int) and not isinstance(msg["id"], bool)):
         raise ProtocolError(f"{t}: requests need an integer 'id'")

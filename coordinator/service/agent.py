@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import msgpack
 import zmq
 
 from coordinator import protocol
@@ -118,21 +119,33 @@ def log_tail(path: Path, limit: int = LOG_TAIL_BYTES) -> str:
         return ""
 
 
+#: Exit code reported for a process that could not be started (as a shell does).
+EXIT_NOT_STARTED = 127
+
+
 @dataclass
 class Proc:
+    """One process of a part; ``popen`` is None when it could not be started, and then
+    ``note`` says why."""
+
     role: str
     task_index: int
-    popen: subprocess.Popen[bytes]
+    popen: subprocess.Popen[bytes] | None
     log_path: Path
     code: int | None = None
+    note: str = ""
 
     @property
     def name(self) -> str:
         return f"{self.role}-{self.task_index}"
 
     def signal(self, sig: signal.Signals) -> None:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.popen.pid, sig)
+        if self.popen is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.popen.pid, sig)
+
+    def tail(self) -> str:
+        return self.note or log_tail(self.log_path)
 
 
 @dataclass
@@ -195,6 +208,7 @@ class Agent:
         self._ids = itertools.count(1)
         self._pending: dict[int, tuple[str, dict[str, Any]]] = {}  # id → (kind, message)
         self._last_reply = 0.0
+        self._register_id = 0  # id of the last register sent
         self._next_beat = 0.0
         self.registered = threading.Event()
 
@@ -221,7 +235,9 @@ class Agent:
     def _register(self) -> None:
         # finished parts still count as running until their exit report is acknowledged
         running = [{"job_id": p.job_id, "restart": p.restart} for p in self.parts.values()]
-        self._send("register", node=self.name, host=self.host, gpus=self.gpus, running=running)
+        self._register_id = self._send(
+            "register", node=self.name, host=self.host, gpus=self.gpus, running=running
+        )
         for part in self.parts.values():
             if part.reported is not None:  # finished, not yet acknowledged: say it again
                 self._send("exited", **part.reported)
@@ -261,7 +277,7 @@ class Agent:
 
     def _reap(self, part: Part, now: float) -> None:
         for p in part.alive:
-            code = p.popen.poll()
+            code = p.popen.poll() if p.popen is not None else EXIT_NOT_STARTED
             if code is None:
                 continue
             p.code = code
@@ -294,7 +310,7 @@ class Agent:
                         "role": p.role,
                         "task_index": p.task_index,
                         "code": p.code,
-                        "log_tail": log_tail(p.log_path),
+                        "log_tail": p.tail(),
                     }
                     for p in part.procs
                 ],
@@ -322,13 +338,34 @@ class Agent:
             msg = protocol.decode(frame)
         except protocol.ProtocolError as e:
             log.error("bad message from the coordinator: %s", e)
+            self._refused_launch(frame, str(e))
             return
         self._last_reply = time.monotonic()
         handler = getattr(self, f"_on_{msg['type']}", None)
         if handler is None:
             log.error("unexpected message type %r from the coordinator", msg["type"])
             return
-        handler(msg)
+        try:
+            handler(msg)
+        except Exception:  # one job's bad command must not take the node's other jobs down
+            log.exception("could not handle %s for job %s", msg["type"], msg.get("job_id"))
+
+    def _refused_launch(self, frame: bytes, reason: str) -> None:
+        """A launch we cannot read still names its job: report that run failed, so the
+        coordinator frees its GPUs instead of waiting for it forever."""
+        try:
+            msg = msgpack.unpackb(frame, raw=False, strict_map_key=False)
+        except Exception:  # not even msgpack: nothing to report on
+            return
+        if not isinstance(msg, dict) or msg.get("type") != "launch":
+            return
+        job_id, restart = msg.get("job_id"), msg.get("restart")
+        old = self.parts.get(job_id) if isinstance(job_id, str) else None
+        fresh = old is None or (type(restart) is int and old.restart < restart)
+        if isinstance(job_id, str) and type(restart) is int and fresh:
+            note = f"tiresias-agent: refused the launch: {reason}"
+            proc = Proc("chief", 0, None, Path(os.devnull), note=note)
+            self.parts[job_id] = Part(job_id, restart, [proc])
 
     def _on_ok(self, msg: dict[str, Any]) -> None:
         kind, fields = self._pending.pop(msg.get("id"), (None, {}))
@@ -342,7 +379,9 @@ class Agent:
     def _on_error(self, msg: dict[str, Any]) -> None:
         kind, _ = self._pending.pop(msg.get("id"), (None, {}))
         if msg.get("code") == "register":  # the coordinator restarted and forgot us
-            if "register" not in (k for k, _ in self._pending.values()):
+            # it answers in order: a message sent after our last register was refused, so
+            # that register never reached this coordinator (it went to one that is gone)
+            if (msg.get("id") or 0) > self._register_id:
                 log.warning("coordinator does not know this node; registering again")
                 self._register()
         else:
@@ -356,36 +395,42 @@ class Agent:
         for p in old.alive if old is not None else ():  # a stale run must not linger
             p.signal(signal.SIGKILL)
         logdir = self.workdir / "logs" / job_id
-        logdir.mkdir(parents=True, exist_ok=True)
-        procs = []
-        for spec in msg["processes"]:
-            path = logdir / f"{spec['role']}-{spec['task_index']}.log"
-            env = {**os.environ, **spec["env"]}
-            env["CUDA_VISIBLE_DEVICES"] = spec["env"].get(
-                "CUDA_VISIBLE_DEVICES", ",".join(map(str, spec["gpus"]))
-            )
-            env[COORDINATOR_ENV] = self.coordinator  # the route this node knows works
-            if self.keys_dir:
-                env[KEYS_ENV] = self.keys_dir
+        procs = [self._spawn(job_id, restart, logdir, spec) for spec in msg["processes"]]
+        self.parts[job_id] = Part(job_id, restart, procs)
+        log.info("launched job %s restart %d: %d processes", job_id, restart, len(procs))
+
+    def _spawn(self, job_id: str, restart: int, logdir: Path, spec: dict[str, Any]) -> Proc:
+        """Start one process; one that cannot start (full disk, bad cwd, missing program)
+        is a process that exited 127, with the reason as its log tail."""
+        path = logdir / f"{spec['role']}-{spec['task_index']}.log"
+        env = {**os.environ, **spec["env"]}
+        env["CUDA_VISIBLE_DEVICES"] = spec["env"].get(
+            "CUDA_VISIBLE_DEVICES", ",".join(map(str, spec["gpus"]))
+        )
+        env[COORDINATOR_ENV] = self.coordinator  # the route this node knows works
+        if self.keys_dir:
+            env[KEYS_ENV] = self.keys_dir
+        try:
+            logdir.mkdir(parents=True, exist_ok=True)
             with path.open("ab") as out:
                 out.write(f"=== {job_id} restart {restart} on {self.name} ===\n".encode())
                 out.flush()
-                try:
-                    popen = subprocess.Popen(
-                        spec["argv"],
-                        env=env,
-                        cwd=spec.get("cwd") or None,
-                        stdout=out,
-                        stderr=subprocess.STDOUT,
-                        stdin=subprocess.DEVNULL,
-                        preexec_fn=_die_with_agent,
-                    )
-                except OSError as e:
-                    out.write(f"tiresias-agent: cannot start {spec['argv']}: {e}\n".encode())
-                    popen = subprocess.Popen([sys.executable, "-c", "raise SystemExit(127)"])
-            procs.append(Proc(spec["role"], spec["task_index"], popen, path))
-        self.parts[job_id] = Part(job_id, restart, procs)
-        log.info("launched job %s restart %d: %d processes", job_id, restart, len(procs))
+                popen = subprocess.Popen(
+                    spec["argv"],
+                    env=env,
+                    cwd=spec.get("cwd") or None,
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                    stdin=subprocess.DEVNULL,
+                    preexec_fn=_die_with_agent,
+                )
+        except (OSError, ValueError, subprocess.SubprocessError) as e:
+            note = f"tiresias-agent: cannot start {spec['argv'][:1]} on {self.name}: {e}"
+            log.error("job %s: %s", job_id, note)
+            with contextlib.suppress(OSError), path.open("ab") as out:
+                out.write(f"{note}\n".encode())
+            return Proc(spec["role"], spec["task_index"], None, path, note=note)
+        return Proc(spec["role"], spec["task_index"], popen, path)
 
     def _part(self, msg: dict[str, Any]) -> Part | None:
         part = self.parts.get(msg["job_id"])
@@ -419,12 +464,16 @@ class Agent:
         per_file = msg["limit"] // max(1, len(paths))  # ``limit`` is for the whole reply
         for path in paths:
             start = msg["offsets"].get(path.name, 0)
-            with path.open("rb") as f:
-                size = f.seek(0, os.SEEK_END)
-                if start > size:
-                    start = 0
-                f.seek(start)
-                data = f.read(per_file)
+            try:
+                with path.open("rb") as f:
+                    size = f.seek(0, os.SEEK_END)
+                    if not 0 <= start <= size:
+                        start = 0
+                    f.seek(start)
+                    data = f.read(max(0, per_file))
+            except OSError as e:
+                log.warning("cannot read %s: %s", path, e)
+                continue
             files[path.name] = {
                 "offset": start + len(data),
                 "size": size,

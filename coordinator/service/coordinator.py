@@ -62,6 +62,8 @@ log = logging.getLogger("tiresias.coordinator")
 REGISTER = "register"
 LOG_FETCH_TIMEOUT = 3.0
 LOG_BUDGET = protocol.MAX_MESSAGE_BYTES // 4
+#: Default cap on workers (GPUs) and on parameter servers per job.
+MAX_JOB_SIZE = 1024
 
 
 @dataclass
@@ -87,6 +89,7 @@ class Options:
     manual_clock: bool = False
     port_base: int = 30000
     snapshot_every: int = 500
+    max_job_size: int = MAX_JOB_SIZE
 
     @property
     def checkpoints(self) -> Path:
@@ -176,6 +179,27 @@ class Coordinator:
 
     def _recover(self, fresh: Scheduler) -> None:
         self._core_options()
+        replayed = self._load_state()
+        # running jobs kept running while we were down: count that time too (wall clock)
+        downtime = max(0.0, time.time() - self.store.get_meta("wall", time.time()))
+        base = self.store.get_meta("now", 0.0) + (0.0 if self.opts.manual_clock else downtime)
+        self.clock = Clock(base, self.opts.manual_clock)
+        started = time.monotonic()
+        # nodes the core knows must re-register before we schedule or declare them dead
+        self.unconfirmed = set(self.sched.free_gpus())
+        for n in self.unconfirmed:
+            self.last_seen[n] = started
+        if replayed is not None:
+            log.info(
+                "recovered %d jobs (%d journal events replayed); waiting for nodes %s",
+                len(self.records),
+                replayed,
+                sorted(self.unconfirmed) or "none",
+            )
+
+    def _load_state(self) -> int | None:
+        """Scheduler, job records and learned history as last committed; the number of
+        journal events replayed (None for a fresh state directory)."""
         snapshot, events = self.store.load()
         if snapshot is None:
             self.sched = fresh
@@ -193,30 +217,23 @@ class Coordinator:
         for key, skew, placement, iter_time in self.store.observations():
             self.packlimit.observe(key, skew, placement, iter_time)
         self.next_job = self.store.get_meta("next_job", 1)
-        # running jobs kept running while we were down: count that time too (wall clock)
-        downtime = max(0.0, time.time() - self.store.get_meta("wall", time.time()))
-        base = self.store.get_meta("now", 0.0) + (0.0 if self.opts.manual_clock else downtime)
-        self.clock = Clock(base, self.opts.manual_clock)
-        started = time.monotonic()
-        # nodes the core knows must re-register before we schedule or declare them dead
-        self.unconfirmed = set(self.sched.free_gpus())
-        for n in self.unconfirmed:
-            self.last_seen[n] = started
-        if events or snapshot:
-            log.info(
-                "recovered %d jobs (%d journal events replayed); waiting for nodes %s",
-                len(self.records),
-                len(events),
-                sorted(self.unconfirmed) or "none",
-            )
+        return len(events) if events or snapshot else None
 
     @contextmanager
     def _atomic(self) -> Iterator[None]:
-        """Journal and records are committed together; commands leave only after commit."""
-        with self.store.tx():
-            yield
-            self.store.set_meta("now", self.clock.now())
-            self.store.set_meta("wall", time.time())
+        """Journal and records are committed together; commands leave only after commit.
+        If anything fails half-way, nothing of it stays: the transaction is rolled back and
+        the in-memory state reloaded from what was committed."""
+        try:
+            with self.store.tx():
+                yield
+                self.store.set_meta("now", self.clock.now())
+                self.store.set_meta("wall", time.time())
+        except BaseException:
+            self._outbox.clear()
+            self._progress_dirty.clear()
+            self._load_state()
+            raise
         outbox, self._outbox = self._outbox, []
         for node, frame in outbox:
             self._to_node(node, frame)
@@ -263,13 +280,17 @@ class Coordinator:
                 if self.sock.poll(self._poll_ms()):
                     for _ in range(1000):  # drain a burst, then schedule once
                         try:
-                            rid, frame = self.sock.recv_multipart(zmq.NOBLOCK)
+                            rid, *frames = self.sock.recv_multipart(zmq.NOBLOCK)
                         except zmq.Again:
                             break
-                        except ValueError:  # not a [routing id, frame] pair
-                            self.metrics.bad_messages.inc()
+                        if len(frames) != 1:
+                            self._refuse(
+                                rid,
+                                protocol.request_id(frames[0]) if frames else None,
+                                f"a message is one frame; got {len(frames)}",
+                            )
                             continue
-                        self._on_frame(rid, frame)
+                        self._on_frame(rid, frames[0])
                 self._timers()
         finally:
             self._flush_progress()
@@ -336,22 +357,21 @@ class Coordinator:
             elif isinstance(d, Kill):
                 self._stop_run(d.job_id, "kill")
 
-    def _start(self, d: Start) -> None:
-        job = self.sched.job(d.job_id)
-        rec = self.records[d.job_id]
-        req = rec["request"]
+    def _launches(
+        self,
+        job_id: str,
+        req: dict[str, Any],
+        allocation: dict[str, list[int]],
+        restart: int,
+        hosts: dict[str, str],
+        port: Callable[[str], int],
+    ) -> dict[str, bytes]:
+        """The ``launch`` message for each node of one (re)start of a job."""
         gang = GangRequest(
             tuple(req["argv"]), req["workers"], req.get("ps", 0), req.get("horovod", False)
         )
         specs = plan(
-            gang,
-            d.job_id,
-            d.allocation.to_wire(),
-            None,
-            self.opts.checkpoints,
-            job.restarts,
-            lambda _node: next(self._ports),
-            hosts=self.hosts,
+            gang, job_id, allocation, None, self.opts.checkpoints, restart, port, hosts=hosts
         )
         by_node: dict[str, list[dict[str, Any]]] = {}
         for s in specs:
@@ -370,29 +390,55 @@ class Coordinator:
                     "cwd": req.get("cwd"),
                 }
             )
+        return {
+            node: protocol.encode(
+                "launch", job_id=job_id, restart=restart, processes=procs, grace=self.opts.grace
+            )
+            for node, procs in by_node.items()
+        }
+
+    def _check_deliverable(self, request: dict[str, Any]) -> None:
+        """Refuse at submit a job whose launch could not reach an agent: plan it on nodes as
+        big as the largest known one, with host names as long as any, and measure."""
+        workers = request["workers"]
+        per_node = max((len(g) for g in self._node_gpus.values()), default=workers)
+        host = "h" * max([64, *map(len, self.hosts.values())])
+        allocation = {
+            f"n{i:06d}": list(range(min(per_node, workers - start)))
+            for i, start in enumerate(range(0, workers, per_node))
+        }
+        hosts = dict.fromkeys(allocation, host)
+        frames = self._launches("j" * 12, request, allocation, 99999, hosts, lambda _: 65535)
+        size = max(map(len, frames.values()))
+        if size > protocol.MAX_MESSAGE_BYTES:
+            raise protocol.ProtocolError(
+                f"submit: the job's command and environment make a launch of {size} bytes "
+                f"for one node, over the {protocol.MAX_MESSAGE_BYTES}-byte message limit; "
+                f"shrink the environment or arguments (pass large data in files)"
+            )
+
+    def _start(self, d: Start) -> None:
+        job = self.sched.job(d.job_id)
+        rec = self.records[d.job_id]
+        frames = self._launches(
+            d.job_id,
+            rec["request"],
+            d.allocation.to_wire(),
+            job.restarts,
+            self.hosts,
+            lambda _node: next(self._ports),
+        )
         rec["run"] = {
             "restart": job.restarts,
-            "parts": dict.fromkeys(by_node),
+            "parts": dict.fromkeys(frames),
             "decided": None,
             "stopping": None,
             "allocation": d.allocation.to_wire(),
         }
-        rec["nodes_ever"] = sorted({*rec.get("nodes_ever", []), *by_node})
+        rec["nodes_ever"] = sorted({*rec.get("nodes_ever", []), *frames})
         self._save(d.job_id)
         self.metrics.starts.inc()
-        for node, procs in by_node.items():
-            self._outbox.append(
-                (
-                    node,
-                    protocol.encode(
-                        "launch",
-                        job_id=d.job_id,
-                        restart=job.restarts,
-                        processes=procs,
-                        grace=self.opts.grace,
-                    ),
-                )
-            )
+        self._outbox.extend(frames.items())
         log.info("start %s (restart %d) on %s", d.job_id, job.restarts, d.allocation.to_wire())
 
     def _stop_run(self, job_id: str, why: str) -> None:
@@ -552,6 +598,10 @@ class Coordinator:
         except protocol.ProtocolError as e:
             self._refuse(rid, msg.get("id"), str(e), **({"code": e.code} if e.code else {}))
             return
+        except Exception as e:  # a bug must not kill the service; _atomic undid its writes
+            log.exception("%s failed; nothing of it was applied", t)
+            self._refuse(rid, msg.get("id"), f"{t}: internal error, nothing applied: {e}")
+            return
         if reply is not None:
             self.sock.send_multipart([rid, protocol.ok(msg.get("id"), **reply)])
 
@@ -587,6 +637,18 @@ class Coordinator:
                 f"submit: 'gpus' ({msg['gpus']}) must equal 'workers' ({msg['workers']}); "
                 f"every worker gets one GPU"
             )
+        cap = self.opts.max_job_size
+        for what in ("workers", "ps"):
+            if (msg.get(what) or 0) > cap:
+                raise protocol.ProtocolError(
+                    f"submit: '{what}' is {msg[what]}, over this coordinator's limit of {cap} "
+                    f"per job (tiresias-coordinator --max-job-size)"
+                )
+        cluster = sum(map(len, self._node_gpus.values()))
+        if self._node_gpus and msg["workers"] > cluster:
+            raise protocol.ProtocolError(
+                f"submit: the job asks for {msg['workers']} GPUs but the cluster has {cluster}"
+            )
         job_id = f"j{self.next_job}"
         now = self.clock.now()
         spec = {
@@ -602,6 +664,7 @@ class Coordinator:
             for k in ("argv", "workers", "ps", "horovod", "cwd", "env", "name")
             if msg.get(k) is not None
         }
+        self._check_deliverable(request)
         with self._atomic():
             try:
                 self._core("submit", spec=spec, now=now)
@@ -971,6 +1034,13 @@ def parser() -> argparse.ArgumentParser:
         help="journal events between scheduler snapshots (default %(default)s)",
     )
     ap.add_argument(
+        "--max-job-size",
+        type=int,
+        default=MAX_JOB_SIZE,
+        help="most workers (GPUs) and most parameter servers one job may ask for; a submit "
+        "asking for more is refused (default %(default)s)",
+    )
+    ap.add_argument(
         "--port-base",
         type=int,
         default=Options.port_base,
@@ -1001,6 +1071,7 @@ def options(args: argparse.Namespace) -> Options:
         manual_clock=args.manual_clock,
         port_base=args.port_base,
         snapshot_every=args.snapshot_every,
+        max_job_size=args.max_job_size,
     )
 
 

@@ -67,10 +67,12 @@ class Store:
             return
         self.db.execute("BEGIN IMMEDIATE")
         self._in_tx = True
+        counters = self.seq, self.since_snapshot
         try:
             yield
         except BaseException:
             self.db.execute("ROLLBACK")
+            self.seq, self.since_snapshot = counters
             raise
         else:
             self.db.execute("COMMIT")

@@ -15,8 +15,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import zmq
 from helpers import FAKE_JOB, free_port, wait_until
 
+from coordinator import protocol
 from coordinator.service.client import Client, client_keys
 from coordinator.service.coordinator import Coordinator, Options
 
@@ -190,6 +192,80 @@ class Cluster:
             f"--- {p.name} ---\n{p.read_text(errors='replace')[-4000:]}"
             for p in sorted(self.tmp.glob("*.log"))
         )
+
+
+class FakeCoordinator:
+    """A ROUTER speaking the coordinator's side to one real agent process."""
+
+    def __init__(self, tmp: Path) -> None:
+        self.sock = self._bind("tcp://127.0.0.1:*")
+        self.address = self.sock.getsockopt_string(zmq.LAST_ENDPOINT)
+        self.workdir = tmp / "agent"
+        self.log = tmp / "agent.log"
+        self.proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "coordinator.service.agent",
+                *("--coordinator", self.address, "--gpus", "2", "--name", "n1"),
+                *("--workdir", str(self.workdir), "--heartbeat", "0.2"),
+            ],
+            stdout=self.log.open("ab"),
+            stderr=subprocess.STDOUT,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
+        self.route = b""
+        self.inbox: list[dict[str, Any]] = []
+        self.busy = False
+
+    @staticmethod
+    def _bind(address: str) -> zmq.Socket:
+        sock = zmq.Context.instance().socket(zmq.ROUTER)
+        sock.linger = 0
+        sock.bind(address)
+        return sock
+
+    def restart(self) -> None:
+        """A new coordinator on the same address that knows no node yet."""
+        self.sock.close()
+        self.sock = self._bind(self.address)
+        self.route = b""
+        self.inbox.clear()
+
+    def _pump(self) -> None:
+        """Receive everything; answer requests like a coordinator does, unless ``busy``:
+        register → ok; other agent requests → ok from a registered route, else an error
+        asking to register."""
+        while self.sock.poll(0):
+            route, frame = self.sock.recv_multipart()
+            msg = protocol.decode(frame)
+            self.inbox.append(msg)
+            if self.busy or "id" not in msg:
+                continue
+            if msg["type"] == "register":
+                self.route = route
+            if route == self.route:
+                self.sock.send_multipart([route, protocol.ok(msg["id"])])
+            else:
+                error = protocol.error(msg["id"], "register first", code="register")
+                self.sock.send_multipart([route, error])
+
+    def expect(self, pred: Any, what: str) -> dict[str, Any]:
+        def got() -> dict[str, Any] | None:
+            self._pump()
+            return next((m for m in self.inbox if pred(m)), None)
+
+        msg = wait_until(got, 15, what)
+        self.inbox.remove(msg)
+        return msg
+
+    def send(self, frame: bytes) -> None:
+        self.sock.send_multipart([self.route, frame])
+
+    def close(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(10)
+        self.sock.close()
 
 
 @pytest.fixture
