@@ -179,7 +179,7 @@ class Coordinator:
 
     def _recover(self, fresh: Scheduler) -> None:
         self._core_options()
-        replayed = self._load_state()
+        replayed = self._load_state(fresh)
         # running jobs kept running while we were down: count that time too (wall clock)
         downtime = max(0.0, time.time() - self.store.get_meta("wall", time.time()))
         base = self.store.get_meta("now", 0.0) + (0.0 if self.opts.manual_clock else downtime)
@@ -197,12 +197,13 @@ class Coordinator:
                 sorted(self.unconfirmed) or "none",
             )
 
-    def _load_state(self) -> int | None:
-        """Scheduler, job records and learned history as last committed; the number of
-        journal events replayed (None for a fresh state directory)."""
+    def _load_state(self, fresh: Scheduler | None = None) -> int | None:
+        """Scheduler (``fresh``, or a new one, when nothing was snapshotted), job records and
+        learned history as last committed; the number of journal events replayed (None for
+        a fresh state directory)."""
         snapshot, events = self.store.load()
         if snapshot is None:
-            self.sched = fresh
+            self.sched = fresh or build_scheduler(self.opts)
         else:
             self.sched = restore_scheduler(snapshot, self.opts)
         for kind, args in events:
