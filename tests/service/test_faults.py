@@ -1,10 +1,15 @@
-"""Faults, each real: kill -9 of the coordinator, a dead agent, a job ignoring preemption."""
+"""Faults, each real: kill -9 of the coordinator, a dead agent, a job ignoring preemption.
+
+Jobs that must outlive a fault run "forever" (FOREVER steps) and are cancelled at the end, so
+no test depends on how fast the machine restarts a coordinator or an agent."""
 
 from __future__ import annotations
 
 import time
 
 from .conftest import Cluster, wait_until
+
+FOREVER = "1000000"
 
 
 def agent_log(cluster: Cluster, node: str, job_id: str, name: str = "chief-0") -> str:
@@ -20,8 +25,8 @@ def test_coordinator_kill9_and_restart_loses_nothing(cluster: Cluster) -> None:
     cluster.start_agent("a", gpus=2)
     cluster.start_agent("b", gpus=2)
     cluster.wait_nodes("a", "b")
-    steady = cluster.submit("--steps", "200", "--step-time", "0.05", workers=2)
-    quick = cluster.submit("--steps", "10", "--step-time", "0.1")
+    steady = cluster.submit("--steps", FOREVER, "--step-time", "0.05", workers=2)
+    quick = cluster.submit("--steps", "30", "--step-time", "0.1")
     blocked = cluster.submit("--steps", "20", "--step-time", "0.05", workers=2)
     wait_until(
         lambda: cluster.state_of(steady) == "running" and cluster.state_of(quick) == "running",
@@ -35,7 +40,7 @@ def test_coordinator_kill9_and_restart_loses_nothing(cluster: Cluster) -> None:
     cluster.kill_coordinator()
     # the quick job finishes while nobody listens; its agent must keep the report
     wait_until(
-        lambda: "done after 10 steps" in agent_log(cluster, quick_node, quick),
+        lambda: "done after 30 steps" in agent_log(cluster, quick_node, quick),
         15,
         "the quick job to finish while the coordinator is down",
     )
@@ -50,9 +55,10 @@ def test_coordinator_kill9_and_restart_loses_nothing(cluster: Cluster) -> None:
     wait_until(lambda: cluster.state_of(quick) == "completed", 10, "the quick job's report")
     assert cluster.job(quick)["restarts"] == 0
     wait_until(lambda: cluster.state_of(blocked) == "running", 15, "the waiting job to start")
-    wait_until(
-        lambda: all(cluster.state_of(j) == "completed" for j in before), 40, "all jobs to complete"
-    )
+    wait_until(lambda: cluster.state_of(blocked) == "completed", 40, "the waiting job to end")
+    assert cluster.state_of(steady) == "running"
+    cluster.cli("cancel", steady)
+    wait_until(lambda: cluster.state_of(steady) == "cancelled", 15, "the cancellation")
     for job_id in before:  # none ran twice: one start per process, no restart
         view = cluster.job(job_id)
         assert cluster.logs(job_id).count("start at step") == view["workers"], job_id
@@ -65,7 +71,7 @@ def test_agent_death_resumes_job_elsewhere_from_checkpoint(cluster: Cluster) -> 
     cluster.start_agent("b", gpus=1)
     cluster.wait_nodes("a", "b")
     job = cluster.submit(
-        "--steps", "80", "--step-time", "0.05", "--checkpoint-every", "10", workers=2
+        "--steps", FOREVER, "--step-time", "0.05", "--checkpoint-every", "10", workers=2
     )
     wait_until(lambda: "saved step 20" in agent_log(cluster, "a", job), 20, "two checkpoints")
     cluster.start_agent("c", gpus=2)
@@ -73,16 +79,17 @@ def test_agent_death_resumes_job_elsewhere_from_checkpoint(cluster: Cluster) -> 
     cluster.kill_agent("a")
 
     wait_until(lambda: cluster.job(job)["restarts"] == 1, 15, "the job to be resumed")
-    wait_until(lambda: cluster.state_of(job) == "completed", 30, "the job to complete")
+    wait_until(lambda: "start at step" in agent_log(cluster, "c", job), 30, "the resumed run")
     view = cluster.job(job)
-    assert "c" in view["nodes_ever"]
-    resumed = agent_log(cluster, "c", job) or agent_log(cluster, "b", job)
+    assert view["state"] == "running" and "c" in view["nodes_ever"]
+    resumed = agent_log(cluster, "c", job)
     start = int(resumed.split("start at step ")[-1].split()[0])
     assert start >= 20 and start % 10 == 0, resumed
     # the survivor on b was stopped when a was lost, before the job resumed
     assert "restart 1" in agent_log(cluster, "c", job) + agent_log(cluster, "c", job, "worker-1")
     nodes = {n["name"] for n in cluster.client.request("nodes")["nodes"]}
     assert "a" not in nodes
+    cluster.cli("cancel", job)
 
 
 def test_preempted_job_ignoring_the_signal_is_killed_at_the_deadline(cluster: Cluster) -> None:
@@ -93,7 +100,7 @@ def test_preempted_job_ignoring_the_signal_is_killed_at_the_deadline(cluster: Cl
     )
     cluster.start_agent("a", gpus=1)
     cluster.wait_nodes("a")
-    stubborn = cluster.submit("--steps", "400", "--step-time", "0.05", "--ignore-signal")
+    stubborn = cluster.submit("--steps", FOREVER, "--step-time", "0.05", "--ignore-signal")
     wait_until(lambda: cluster.job(stubborn)["queue"] == 1, 15, "the demotion")
     short = cluster.submit("--steps", "2", "--step-time", "0.05")
     t0 = time.monotonic()
