@@ -268,7 +268,11 @@ class Coordinator:
         self.sock.bind(self.opts.bind)
         self.address = self.sock.getsockopt_string(zmq.LAST_ENDPOINT)
         if self.opts.metrics_port is not None:
-            self.metrics.serve(self.opts.metrics_port, self.opts.metrics_addr)
+            where = f"{self.opts.metrics_addr}:{self.opts.metrics_port}"
+            try:
+                self.metrics.serve(self.opts.metrics_port, self.opts.metrics_addr)
+            except OSError as e:
+                raise OSError(f"cannot serve metrics on {where}: {e.strerror}") from None
         log.info(
             "coordinator listening on %s (policy %s, state %s)",
             self.address,
@@ -1091,6 +1095,9 @@ def main(argv: list[str] | None = None) -> int:
         pass
     except zmq.ZMQError as e:
         print(f"tiresias-coordinator: cannot serve on {args.bind}: {e}", file=sys.stderr)
+        return 2
+    except OSError as e:  # the metrics port is taken, CURVE key files are missing
+        print(f"tiresias-coordinator: {e}", file=sys.stderr)
         return 2
     return 0
 

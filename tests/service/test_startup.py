@@ -3,6 +3,7 @@ anything is created, and a state that holds no history yet takes the next start'
 
 from __future__ import annotations
 
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -50,3 +51,28 @@ def test_refused_command_line_then_a_good_start(tmp_path: Path) -> None:
     )
     assert "was created with" not in taken.stderr
     assert "cannot serve on tcp://256.0.0.1:1" in taken.stderr and taken.returncode == 2
+
+
+def test_taken_ports_and_missing_keys_are_one_line_errors(tmp_path: Path) -> None:
+    base = [sys.executable, "-m", "coordinator.service.coordinator", "--state", str(tmp_path)]
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        cases = {
+            f"cannot serve on tcp://127.0.0.1:{port}: Address already in use": [
+                "--bind",
+                f"tcp://127.0.0.1:{port}",
+            ],
+            f"cannot serve metrics on 127.0.0.1:{port}: Address already in use": [
+                "--bind",
+                "tcp://127.0.0.1:*",
+                "--metrics-port",
+                str(port),
+            ],
+            "CURVE key file": ["--bind", "tcp://127.0.0.1:*", "--curve-keys", str(tmp_path / "no")],
+        }
+        for message, args in cases.items():
+            out = subprocess.run([*base, *args], capture_output=True, text=True, timeout=60)
+            assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr
+            assert f"tiresias-coordinator: {message}" in out.stderr
