@@ -14,6 +14,7 @@ import sys
 import time
 import urllib.parse
 from collections.abc import Callable, Sequence
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -158,18 +159,44 @@ def cmd_submit(client: Client, args: argparse.Namespace) -> int:
     return 0
 
 
+def list_jobs(client: Client, kind: str, **filters: Any) -> list[dict[str, Any]]:
+    """Every job of a ``status``/``queue`` listing, fetched page by page."""
+    jobs: list[dict[str, Any]] = []
+    after = None
+    while True:
+        reply = client.request(kind, after=after, **filters)
+        jobs += reply["jobs"]
+        after = reply.get("next")
+        if after is None:
+            return jobs
+
+
+def since_time(text: str) -> float:
+    """``--since``: a duration back from now (90s, 30m, 12h, 7d) or an ISO date/time."""
+    units = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+    try:
+        if text[-1:] in units:
+            return time.time() - float(text[:-1]) * units[text[-1]]
+        return datetime.fromisoformat(text).timestamp()
+    except ValueError:
+        pass
+    raise argparse.ArgumentTypeError(
+        f"{text!r}: expected a duration (90s, 30m, 12h, 7d) or a date (2026-12-01 08:00)"
+    )
+
+
 def cmd_status(client: Client, args: argparse.Namespace) -> int:
     if args.job:
         job = client.request("status", job_id=args.job)["job"]
         _print(args, job, format_job)
     else:
-        jobs = client.request("status")["jobs"]
+        jobs = list_jobs(client, "status", all=args.all, since=args.since, user=args.user)
         _print(args, jobs, lambda js: table(js, JOB_COLUMNS))
     return 0
 
 
 def cmd_queue(client: Client, args: argparse.Namespace) -> int:
-    jobs = client.request("queue")["jobs"]
+    jobs = list_jobs(client, "queue", user=args.user)
     jobs.sort(key=lambda j: (j["state"] != "running", j["queue"], j["priority"] or 0))
     _print(args, jobs, lambda js: table(js, JOB_COLUMNS))
     return 0
@@ -352,12 +379,23 @@ def parser() -> argparse.ArgumentParser:
     )
     p.add_argument("args", nargs=argparse.REMAINDER, help="the script's own arguments")
     p.set_defaults(func=cmd_submit)
-    p = sub.add_parser("status", parents=[common], help="all jobs, or one job in detail")
-    p.add_argument("job", nargs="?", help="a job id (default: every job, one line each)")
-    p.set_defaults(func=cmd_status)
-    sub.add_parser("queue", parents=[common], help="active jobs by queue").set_defaults(
-        func=cmd_queue
+    p = sub.add_parser(
+        "status", parents=[common], help="active jobs (or history), or one job in detail"
     )
+    p.add_argument("job", nargs="?", help="a job id (default: every active job, one line each)")
+    p.add_argument("--all", action="store_true", help="also every finished job")
+    p.add_argument(
+        "--since",
+        type=since_time,
+        default=None,
+        metavar="WHEN",
+        help="also jobs that finished since WHEN: a duration back (30m, 12h, 7d) or a date",
+    )
+    p.add_argument("--user", default=None, help="only this user's jobs (default: everyone's)")
+    p.set_defaults(func=cmd_status)
+    p = sub.add_parser("queue", parents=[common], help="active jobs by queue")
+    p.add_argument("--user", default=None, help="only this user's jobs (default: everyone's)")
+    p.set_defaults(func=cmd_queue)
     sub.add_parser("nodes", parents=[common], help="nodes and their GPUs").set_defaults(
         func=cmd_nodes
     )

@@ -37,6 +37,14 @@ REQ_STR: Field = ((str,), True)
 REQ_INT: Field = ((int,), True)
 
 _JOB_REF = {"job_id": REQ_STR}
+#: Paging and filters of the job listings (``status`` without a job, ``queue``).
+LISTING: dict[str, Field] = {
+    "all": ((bool, None), False),
+    "since": ((*NUM, None), False),
+    "user": OPT_STR,
+    "after": OPT_STR,
+    "limit": ((int, None), False),
+}
 
 # Every message type, who sends it, and its fields besides ``type``/``v``/``id``.
 SCHEMAS: dict[str, dict[str, Field]] = {
@@ -53,8 +61,8 @@ SCHEMAS: dict[str, dict[str, Field]] = {
         "duration": ((*NUM, None), False),
         "skew": ((*NUM, None), False),
     },
-    "status": {"job_id": OPT_STR},
-    "queue": {},
+    "status": {"job_id": OPT_STR, **LISTING},
+    "queue": LISTING,
     "nodes": {},
     "cancel": _JOB_REF,
     "logs": {**_JOB_REF, "offsets": ((dict, None), False), "limit": ((int, None), False)},
@@ -297,6 +305,8 @@ def _check_nested(t: str, msg: dict[str, Any]) -> None:
         if msg.get("offsets"):
             _check_offsets(f"{t}: 'offsets'", msg["offsets"])
         _check_amounts(t, msg, ("limit",))
+    elif t in ("status", "queue"):
+        _check_amounts(t, msg, ("since", "limit"))
     elif t in ("preempt", "kill"):
         _check_amounts(t, msg, ("restart", "grace"))
     elif t == "advance":

@@ -62,6 +62,9 @@ log = logging.getLogger("tiresias.coordinator")
 REGISTER = "register"
 LOG_FETCH_TIMEOUT = 3.0
 LOG_BUDGET = protocol.MAX_MESSAGE_BYTES // 4
+#: Most jobs in one page of ``status``/``queue``, and the page's byte budget.
+PAGE_JOBS = 500
+LIST_BUDGET = protocol.MAX_MESSAGE_BYTES // 2
 #: Default cap on workers (GPUs) and on parameter servers per job.
 MAX_JOB_SIZE = 1024
 
@@ -530,6 +533,8 @@ class Coordinator:
         self.deadlines.pop(job_id, None)
         self._core("exited", job_id=job_id, now=self.clock.now(), outcome=outcome.value)
         state = self.sched.job(job_id).state
+        if state.finished:
+            rec["ended"] = time.time()
         if state is JobState.COMPLETED:
             rec["exit_code"] = 0
         elif state is JobState.CANCELLED:
@@ -649,11 +654,6 @@ class Coordinator:
                     f"submit: '{what}' is {msg[what]}, over this coordinator's limit of {cap} "
                     f"per job (tiresias-coordinator --max-job-size)"
                 )
-        cluster = sum(map(len, self._node_gpus.values()))
-        if self._node_gpus and msg["workers"] > cluster:
-            raise protocol.ProtocolError(
-                f"submit: the job asks for {msg['workers']} GPUs but the cluster has {cluster}"
-            )
         job_id = f"j{self.next_job}"
         now = self.clock.now()
         spec = {
@@ -696,6 +696,9 @@ class Coordinator:
         with self._atomic():
             decisions = self._core("cancel", job_id=job_id, now=self.clock.now())
             self._act(decisions)
+            if self.sched.job(job_id).state.finished:  # it was not running
+                self.records[job_id]["ended"] = time.time()
+                self._save(job_id)
         self._dirty = True
         return {"job_id": job_id, "state": self.sched.job(job_id).state.value}
 
@@ -705,12 +708,56 @@ class Coordinator:
             self._record("status", msg["job_id"])
             view = self._views([self.sched.job(msg["job_id"])], now)[0]
             view["packlimit"] = getattr(self.sched.placement, "packlimit", None)
-            return {"job": view}
-        return {"jobs": self._views(list(self.sched.jobs()), now)}
+            return {"job": _fit(view, LIST_BUDGET)}
+        return self._listing(msg, history=True)
 
     def _on_queue(self, rid: bytes, msg: dict[str, Any]) -> dict[str, Any]:
-        now = self.clock.now()
-        return {"jobs": self._views([j for j in self.sched.jobs() if not j.state.finished], now)}
+        return self._listing(msg, history=False)
+
+    def _listing(self, msg: dict[str, Any], history: bool) -> dict[str, Any]:
+        """One page of jobs in submission order: active ones, plus (``history``) finished
+        ones when asked (``all``, or those that ended at or after ``since``, wall clock),
+        only ``user``'s if given, after the job ``after``. A page stops at ``limit`` jobs or
+        at the reply's byte budget; ``next`` is the cursor for the following page."""
+        limit = min(msg.get("limit") or PAGE_JOBS, PAGE_JOBS)
+        since = msg.get("since")
+        everything = history and bool(msg.get("all"))
+        after, user = msg.get("after"), msg.get("user")
+        chosen: list[Job] = []
+        more = False
+        for job_id, rec in self._records_after(after):
+            if user is not None and rec["request"].get("owner") != user:
+                continue
+            job = self.sched.job(job_id)
+            if job.state.finished and not (
+                everything
+                or (history and since is not None and rec.get("ended", rec["submitted"]) >= since)
+            ):
+                continue
+            if len(chosen) == limit:
+                more = True
+                break
+            chosen.append(job)
+        views, used = [], 0
+        for view in self._views(chosen, self.clock.now()):
+            view = _fit(view, LIST_BUDGET // 4)
+            size = len(protocol.encode("ok", job=view))
+            if views and used + size > LIST_BUDGET:
+                more = True
+                break
+            views.append(view)
+            used += size
+        return {"jobs": views, "next": views[-1]["job_id"] if more and views else None}
+
+    def _records_after(self, after: str | None) -> Iterator[tuple[str, dict[str, Any]]]:
+        """Job records in submission order, starting after job ``after`` (None: the first)."""
+        records = iter(self.records.items())
+        if after is not None:
+            self._record("status", after)
+            for job_id, _ in records:
+                if job_id == after:
+                    break
+        yield from records
 
     def _on_nodes(self, rid: bytes, msg: dict[str, Any]) -> dict[str, Any]:
         now = self.clock.now()
@@ -913,6 +960,18 @@ def report_skew(msg: dict[str, Any], num_ps: int) -> float | None:
     if msg.get("skew") is not None:
         return float(msg["skew"])
     return profiler.skew_from_report(msg.get("tensor_bytes"), num_ps)
+
+
+def _fit(view: dict[str, Any], budget: int) -> dict[str, Any]:
+    """A job view within ``budget`` bytes: a huge command line or log tail is cut short."""
+    if len(protocol.encode("ok", job=view)) <= budget:
+        return view
+    argv = view["argv"]
+    return {
+        **view,
+        "argv": [a[:200] for a in argv[:8]] + (["…"] if len(argv) > 8 else []),
+        "log_tail": (view.get("log_tail") or "")[-2048:],
+    }
 
 
 def _pending(run: dict[str, Any], node: str) -> bool:

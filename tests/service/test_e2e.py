@@ -45,12 +45,12 @@ def test_short_jobs_preempt_a_long_one_which_resumes(cluster: Cluster) -> None:
     assert chief.count("done after 50 steps") == 1
     assert set(files) == {"a/chief-0.log", "b/worker-1.log"}
 
-    status = json.loads(cluster.cli("status", "--json").stdout)
+    status = json.loads(cluster.cli("status", "--all", "--json").stdout)
     assert {j["job_id"]: j["state"] for j in status} == dict.fromkeys(everything, "completed")
     long_view = json.loads(cluster.cli("status", long_job, "--json").stdout)
     assert long_view["restarts"] == len(saved) and long_view["exit_code"] == 0
     # the human views render
-    assert long_job in cluster.cli("status").stdout
+    assert long_job in cluster.cli("status", "--all").stdout
     assert "GPUS" in cluster.cli("nodes").stdout
     assert "QUEUE" in cluster.cli("queue").stdout
     assert "done after 50 steps" in cluster.cli("logs", long_job).stdout
