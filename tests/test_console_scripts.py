@@ -1,11 +1,14 @@
 """Every console script answers ``--help`` cleanly, every flag says what it does and what its
-default is, and docs/configuration.md is the reference its parsers generate."""
+default is, docs/configuration.md is the reference its parsers generate, and the systemd
+examples start their programs with flags those accept."""
 
 from __future__ import annotations
 
 import argparse
 import importlib.util
 import os
+import re
+import shlex
 import subprocess
 import sys
 import tomllib
@@ -77,3 +80,21 @@ def test_tiresias_help_is_whole_and_policies_come_from_the_core() -> None:
     assert "and make CURVE keys." in " ".join(cli_parser().format_help().split())
     text = " ".join(coordinator_parser().format_help().split())
     assert all(name in text for name in POLICY_NAMES) and "fifo" not in text
+
+
+@pytest.mark.parametrize(
+    "unit", sorted((REPO / "examples/systemd").glob("*.service")), ids=lambda p: p.name
+)
+def test_systemd_example_runs_a_console_script_with_valid_flags(unit: Path) -> None:
+    text = unit.read_text().replace("\\\n", " ")
+    [exec_start] = [line for line in text.splitlines() if line.startswith("ExecStart=")]
+    [env_file] = [line for line in text.splitlines() if line.startswith("EnvironmentFile=")]
+    env_lines = (unit.parent / Path(env_file.split("=", 1)[1]).name).read_text().splitlines()
+    env = dict(line.split("=", 1) for line in env_lines if line and not line.startswith("#"))
+    argv = [
+        re.sub(r"\$\{(\w+)\}", lambda m: env[m[1]], word)
+        for word in shlex.split(exec_start.removeprefix("ExecStart="))
+    ]
+    script = Path(argv[0]).name
+    assert script in SCRIPTS
+    _reference().build(script).parse_args(argv[1:])  # exits (fails the test) on a bad flag
