@@ -12,6 +12,7 @@ import argparse
 import itertools
 import json
 import logging
+import random
 import signal
 import sys
 import threading
@@ -54,7 +55,7 @@ from coordinator.service.metrics import Metrics
 from coordinator.service.store import Store
 from coordinator.service.views import job_view, node_view
 from tiresias_launch import EXIT_CHECKPOINTED
-from tiresias_launch.gang import GangRequest, plan
+from tiresias_launch.gang import GangRequest, free_local_port, plan
 
 log = logging.getLogger("tiresias.coordinator")
 
@@ -67,6 +68,10 @@ PAGE_JOBS = 500
 LIST_BUDGET = protocol.MAX_MESSAGE_BYTES // 2
 #: Default cap on workers (GPUs) and on parameter servers per job.
 MAX_JOB_SIZE = 1024
+#: Ports handed to jobs' servers on remote nodes: ``--port-base`` and the PORT_RANGE after it.
+PORT_RANGE = 10000
+#: Hosts that mean "this machine": a job's ports there are checked free with the OS.
+LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
 
 
 @dataclass
@@ -139,7 +144,9 @@ class Coordinator:
         self._outbox: list[tuple[str, bytes]] = []  # (node, frame) sent after commit
         self._fetches: dict[int, LogFetch] = {}
         self._fetch_ids = itertools.count(1)
-        self._ports = itertools.cycle(range(opts.port_base, opts.port_base + 10000))
+        # entered at a random point, so that two coordinators of one cluster rarely collide
+        offset = random.randrange(PORT_RANGE)
+        self._ports = (opts.port_base + (offset + i) % PORT_RANGE for i in itertools.count())
         self._dirty = True
         self._progress_dirty: set[str] = set()
         self._next_flush = 0.0
@@ -425,6 +432,14 @@ class Coordinator:
                 f"shrink the environment or arguments (pass large data in files)"
             )
 
+    def _job_port(self, node: str) -> int:
+        """A TCP port for one of a job's servers (TF, Horovod rendezvous) on ``node``: one the
+        OS says is free when the node is this machine, since other programs and other users'
+        coordinators listen here too; else the next port of the ``--port-base`` range."""
+        if self.hosts.get(node, node) in LOOPBACK_HOSTS:
+            return free_local_port(node)
+        return next(self._ports)
+
     def _start(self, d: Start) -> None:
         job = self.sched.job(d.job_id)
         rec = self.records[d.job_id]
@@ -434,7 +449,7 @@ class Coordinator:
             d.allocation.to_wire(),
             job.restarts,
             self.hosts,
-            lambda _node: next(self._ports),
+            self._job_port,
         )
         rec["run"] = {
             "restart": job.restarts,
@@ -1108,8 +1123,9 @@ def parser() -> argparse.ArgumentParser:
         "--port-base",
         type=int,
         default=Options.port_base,
-        help="first TCP port handed to jobs' TF/Horovod servers; ports cycle through the "
-        "10000 from here (default %(default)s)",
+        help="first TCP port handed to jobs' TF/Horovod servers on remote nodes; ports cycle "
+        f"through the {PORT_RANGE} from here, starting at a random one (jobs on this "
+        "machine get ports the OS says are free) (default %(default)s)",
     )
     return ap
 

@@ -5,6 +5,7 @@ coordinator on a real socket."""
 from __future__ import annotations
 
 import re
+import socket
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,6 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from coordinator import protocol
+from coordinator.service import coordinator as coordinator_module
 from coordinator.service.client import Client
 from coordinator.service.coordinator import Coordinator, Options
 
@@ -231,3 +233,25 @@ def test_metrics_are_served(live: Coordinator) -> None:
         "tiresias_bad_messages_total",
     ):
         assert name in text, name
+
+
+def test_jobs_on_this_machine_get_ports_the_os_says_are_free(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another program (or another user's coordinator) may hold a port of --port-base's
+    range: a job's servers on a loopback node get a port that is free now; remote nodes get
+    the range's next port."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        held = taken.getsockname()[1]
+        monkeypatch.setattr(coordinator_module, "PORT_RANGE", 1)  # the range is just `held`
+        opts = Options(bind=f"tcp://127.0.0.1:{free_port()}", state=tmp_path / "s")
+        opts.port_base = held
+        with in_process_coordinator(opts) as coord:
+            coord.hosts.update({"local": "127.0.0.1", "far": "10.9.9.9"})
+            local = coord._job_port("local")
+            assert local != held
+            with socket.socket() as s:
+                s.bind(("127.0.0.1", local))
+            assert coord._job_port("far") == held
