@@ -32,13 +32,22 @@ class SchedulerConfig:
     len + 1 queues). ``promote_knob``: PROMOTEKNOB (∞ disables starvation promotion).
     ``interval``: also re-evaluate every ``interval`` seconds while jobs wait (0 = only at
     events and policy wakeups). ``reject_oversized``: refuse jobs larger than every GPU the
-    cluster has ever had. ``queue_order``: the order inside a queue (``QUEUE_ORDERS``)."""
+    cluster has ever had. ``queue_order``: the order inside a queue (``QUEUE_ORDERS``).
+    ``min_run`` / ``min_run_restores``: a started job may not be preempted before it has run
+    ``min_run`` seconds and ``min_run_restores`` × its restore cost (no thrashing: a job pays
+    its restore before it trains). ``cheap_victims``: with "running-first", the running jobs
+    of a queue that are cheapest to stop and restart (checkpoint + restore cost) rank last,
+    so they are preempted first. Both off by default: neither won on the measured slices
+    (docs/simulator.md)."""
 
     queue_thresholds: tuple[float, ...] = DEFAULT_QUEUE_THRESHOLDS
     promote_knob: float = math.inf
     interval: float = 0.0
     reject_oversized: bool = True
     queue_order: str = DEFAULT_QUEUE_ORDER
+    min_run: float = 0.0
+    min_run_restores: float = 0.0
+    cheap_victims: bool = False
 
     def __post_init__(self) -> None:
         q = tuple(float(x) for x in self.queue_thresholds)
@@ -49,6 +58,10 @@ class SchedulerConfig:
             raise CoreError(f"promote_knob must be > 0 (inf disables), got {self.promote_knob}")
         if not (self.interval >= 0 and math.isfinite(self.interval)):
             raise CoreError(f"interval must be a finite number >= 0, got {self.interval}")
+        for name in ("min_run", "min_run_restores"):
+            value = getattr(self, name)
+            if not (value >= 0 and math.isfinite(value)):
+                raise CoreError(f"{name} must be a finite number >= 0, got {value}")
         if self.queue_order not in QUEUE_ORDERS:
             raise CoreError(
                 f"unknown queue order {self.queue_order!r}; valid: {', '.join(QUEUE_ORDERS)}"
@@ -65,6 +78,9 @@ class SchedulerConfig:
             "interval": self.interval,
             "reject_oversized": self.reject_oversized,
             "queue_order": self.queue_order,
+            "min_run": self.min_run,
+            "min_run_restores": self.min_run_restores,
+            "cheap_victims": self.cheap_victims,
         }
 
     @classmethod
@@ -77,4 +93,7 @@ class SchedulerConfig:
             reject_oversized=bool(d["reject_oversized"]),
             # snapshots from before the option ordered by first start
             queue_order=str(d.get("queue_order", "first-start")),
+            min_run=float(d.get("min_run", 0.0)),  # type: ignore[arg-type]
+            min_run_restores=float(d.get("min_run_restores", 0.0)),  # type: ignore[arg-type]
+            cheap_victims=bool(d.get("cheap_victims", False)),
         )

@@ -87,6 +87,10 @@ class Job:
     restarts: int = 0
     finish: float | None = None
     cancel_requested: bool = False
+    # Seconds to checkpoint and to restore, as the shell last measured or modelled them (0:
+    # unknown); they weigh victim choice and the minimum run time (SchedulerConfig).
+    checkpoint_cost: float = 0.0
+    restore_cost: float = 0.0
     extra: dict[str, object] = field(default_factory=dict)  # shell-owned annotations
 
     @property

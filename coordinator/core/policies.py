@@ -221,13 +221,18 @@ class _Queued(_Timed):
     def bind(self, config: SchedulerConfig) -> None:
         super().bind(config)
         self._running_first = config.queue_order == "running-first"
+        self._cheap_victims = config.cheap_victims
 
     def _in_queue(self, job: Job) -> Key:
         """Order inside a FIFO queue (``SchedulerConfig.queue_order``): by first start, with
         running jobs first when "running-first" (a waiting job then never preempts a running
         job of its own queue)."""
         if self._running_first:
-            return (job.state is not JobState.RUNNING, *_fifo_by_start(job))
+            running = job.state is JobState.RUNNING
+            if self._cheap_victims:  # the costliest to stop keep their GPUs first
+                cost = job.checkpoint_cost + job.restore_cost if running else 0.0
+                return (not running, -cost, *_fifo_by_start(job))
+            return (not running, *_fifo_by_start(job))
         return _fifo_by_start(job)
 
     def _next_change(self, job: Job) -> tuple[float, int] | None:

@@ -17,7 +17,8 @@ CONTRACT (used by coordinator/service and coordinator/sim; extend, don't change)
     sched.export_state() -> dict (JSON/msgpack-able) ; Scheduler.from_state(d, policy, placement)
 
     Added since: sched.capacity (GPUs up) ; sched.free_gpus() -> {node: (free indices)} ;
-    sched.running() -> list[Job] ; sched.policy.key(job, now) (rank of any active job).
+    sched.running() -> list[Job] ; sched.policy.key(job, now) (rank of any active job) ;
+    sched.update_costs(job_id, checkpoint_s, restore_s) (measured or modelled seconds).
 
 Semantics:
 - ``Start`` marks the job RUNNING at ``now`` and takes its GPUs. ``Preempt`` marks it
@@ -41,6 +42,7 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
+import heapq
 import math
 from collections.abc import Iterable, Iterator
 from typing import Any
@@ -60,7 +62,7 @@ from coordinator.core.model import (
     Start,
 )
 from coordinator.core.placement import Placement, make_placement
-from coordinator.core.policies import Policy, make_policy
+from coordinator.core.policies import Key, Policy, make_policy
 
 __all__ = ["DEFAULT_QUEUE_THRESHOLDS", "Scheduler", "SchedulerConfig"]
 
@@ -101,6 +103,9 @@ class Scheduler:
         self._done: dict[str, Job] = {}
         self._running: dict[str, Job] = {}
         self._waiting: dict[int, int] = {}  # GPU count → number of WAITING jobs of that size
+        # running jobs inside their minimum run time: job id → until, and a heap of expiries
+        self._guarded: dict[str, float] = {}
+        self._guard_heap: list[tuple[float, str]] = []
         for node in nodes:
             self._add_node(node)
 
@@ -225,6 +230,7 @@ class Scheduler:
         job.state = JobState.PREEMPTING
         job.wait_since = now
         del self._running[job.job_id]
+        self._guarded.pop(job.job_id, None)
         self.policy.changed(job, now)
 
     def exited(self, job_id: str, now: float, outcome: ExitOutcome) -> None:
@@ -280,6 +286,16 @@ class Scheduler:
         job = self._get(job_id)
         job.spec = dataclasses.replace(job.spec, skew=skew)
 
+    def update_costs(self, job_id: str, checkpoint_s: float, restore_s: float) -> None:
+        """The job's checkpoint and restore times in seconds, as measured or modelled."""
+        job = self._get(job_id)
+        for name, value in (("checkpoint", checkpoint_s), ("restore", restore_s)):
+            if not (value >= 0 and math.isfinite(value)):
+                raise CoreError(f"job {job_id}: {name} cost must be >= 0 seconds, got {value}")
+        job.checkpoint_cost, job.restore_cost = float(checkpoint_s), float(restore_s)
+        if not job.state.finished:
+            self.policy.changed(job, self._clock if self._clock is not None else 0.0)
+
     # ---- scheduling ----------------------------------------------------------------------
 
     def schedule(self, now: float) -> list[Decision]:
@@ -295,24 +311,30 @@ class Scheduler:
         policy = self.policy
         rkeys, rgpus = policy.running_order(now)
         smallest = min(self._waiting)
-        budget = self._capacity
+        guarded = self._guarded_indices(rkeys, now)
+        # guarded jobs keep their GPUs whatever their rank: set them aside first
+        budget = self._capacity - sum(rgpus[t] for t in guarded)
         drop: list[int] = []  # indices into rkeys of running jobs that lose their GPUs
         chosen: list[Job] = []
         j = 0  # running jobs before index j have been decided
+        g = 0  # guarded[:g] are before index j
 
         def running_until(i: int) -> None:
             """Decide running jobs j..i-1: all kept at once when they fit (the usual case)."""
-            nonlocal budget, j
-            total = sum(rgpus[j:i])
+            nonlocal budget, j, g
+            h = bisect.bisect_left(guarded, i, g)
+            total = sum(rgpus[j:i]) - sum(rgpus[t] for t in guarded[g:h])
             if total <= budget:
                 budget -= total
             else:
                 for t in range(j, i):
+                    if t in guarded[g:h]:
+                        continue
                     if rgpus[t] <= budget:
                         budget -= rgpus[t]
                     else:
                         drop.append(t)
-            j = i
+            j, g = i, h
 
         for wk in policy.waiting_order():
             running_until(bisect.bisect_left(rkeys, wk, j))
@@ -332,6 +354,26 @@ class Scheduler:
             if start is not None:
                 decisions.append(start)
         return decisions
+
+    def _guarded_indices(self, rkeys: list[Key], now: float) -> list[int]:
+        """Sorted indices into ``rkeys`` of the running jobs still inside their minimum run
+        time (after dropping the guards that have expired by ``now``)."""
+        heap, guarded = self._guard_heap, self._guarded
+        while heap and heap[0][0] <= now:
+            until, job_id = heapq.heappop(heap)
+            if guarded.get(job_id) == until:
+                del guarded[job_id]
+        if not guarded:
+            return []
+        return [t for t, k in enumerate(rkeys) if k[-1] in guarded]
+
+    def _guard(self, job: Job, now: float) -> None:
+        """Start ``job``'s minimum run time (``SchedulerConfig.min_run``/``min_run_restores``)."""
+        cfg = self.config
+        until = now + max(cfg.min_run, cfg.min_run_restores * job.restore_cost)
+        if until > now:
+            self._guarded[job.job_id] = until
+            heapq.heappush(self._guard_heap, (until, job.job_id))
 
     def _fifo_pass(self, now: float) -> list[Decision]:
         decisions: list[Decision] = []
@@ -369,6 +411,7 @@ class Scheduler:
         job.wait_since = None
         self._count_waiting(job, -1)
         self._running[job.job_id] = job
+        self._guard(job, now)
         self.policy.changed(job, now)
         return Start(job.job_id, job.allocation)
 
@@ -377,6 +420,12 @@ class Scheduler:
         t = self.policy.next_wakeup(now)
         if t is not None:
             times.append(t)
+        if self._waiting and self._guarded:  # a guard's end may let a waiting job in
+            heap = self._guard_heap
+            while heap and self._guarded.get(heap[0][1]) != heap[0][0]:
+                heapq.heappop(heap)
+            if heap:
+                times.append(heap[0][0])
         if self.config.interval > 0 and self._waiting:
             step = self.config.interval
             k = math.floor(now / step) + 1
@@ -441,7 +490,10 @@ class Scheduler:
             if job.state is JobState.WAITING:
                 sched._count_waiting(job, 1)
         for job_id in state["running"]:
-            sched._running[job_id] = sched._active[job_id]
+            job = sched._active[job_id]
+            sched._running[job_id] = job
+            assert job.last_start is not None
+            sched._guard(job, job.last_start)  # a guard that has expired is dropped at a pass
         for d in state["nodes"]:
             node = Node(d["name"], tuple(d["gpus"]), d["switch"])
             if d["up"]:
@@ -469,7 +521,10 @@ _JOB_SCALARS = [
     "restarts",
     "finish",
     "cancel_requested",
+    "checkpoint_cost",
+    "restore_cost",
 ]
+_JOB_SCALARS_SINCE = {"checkpoint_cost": 0.0, "restore_cost": 0.0}  # absent from old states
 
 
 def _job_to_dict(job: Job) -> dict[str, Any]:
@@ -486,7 +541,7 @@ def _job_to_dict(job: Job) -> dict[str, Any]:
 def _job_from_dict(d: dict[str, Any]) -> Job:
     job = Job(spec=JobSpec(**{f: d[f] for f in _SPEC_FIELDS}), state=JobState(d["state"]))
     for f in _JOB_SCALARS:
-        setattr(job, f, d[f])
+        setattr(job, f, d[f] if f in d else _JOB_SCALARS_SINCE[f])
     if d["allocation"] is not None:
         job.allocation = Allocation(tuple((n, tuple(g)) for n, g in d["allocation"]))
     job.extra = dict(d["extra"])

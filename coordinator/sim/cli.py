@@ -138,6 +138,24 @@ def build_parser() -> argparse.ArgumentParser:
         "or FIFO by first start (a preempted job may evict a later-started one)",
     )
     s.add_argument(
+        "--min-run",
+        type=float,
+        metavar="S",
+        help="a started job runs at least S seconds before it may be preempted",
+    )
+    s.add_argument(
+        "--min-run-restores",
+        type=float,
+        metavar="X",
+        help="… and at least X times its restore cost (see --preempt-cost)",
+    )
+    s.add_argument(
+        "--cheap-victims",
+        action=argparse.BooleanOptionalAction,
+        help="preempt the running jobs of a queue that are cheapest to stop and restart "
+        "first (GPUs × (checkpoint + restore), see --preempt-cost)",
+    )
+    s.add_argument(
         "--interval",
         type=float,
         metavar="S",
@@ -212,6 +230,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             thresholds=args.thresholds,
             promote_knob=args.promote_knob,
             queue_order=args.queue_order,
+            min_run=args.min_run,
+            min_run_restores=args.min_run_restores,
+            cheap_victims=args.cheap_victims,
             interval=args.interval,
             gittins_samples=_samples(args.gittins_samples) if args.gittins_samples else None,
             gittins_variant=args.gittins_variant,

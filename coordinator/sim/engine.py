@@ -17,7 +17,6 @@ from typing import Literal
 
 from coordinator.core import (
     DEFAULT_PACKLIMIT,
-    DEFAULT_QUEUE_ORDER,
     DEFAULT_QUEUE_THRESHOLDS,
     Scheduler,
     SchedulerConfig,
@@ -51,6 +50,11 @@ class SimOptions:
     thresholds: tuple[float, ...] | None = None
     promote_knob: float | None = None
     queue_order: str | None = None  # inside a tiresias queue: see core QUEUE_ORDERS
+    # No thrashing (SchedulerConfig): seconds, and multiples of the restore cost, a started
+    # job runs before it may be preempted; cheapest running jobs of a queue preempted first.
+    min_run: float | None = None
+    min_run_restores: float | None = None
+    cheap_victims: bool | None = None
     # Re-evaluate priorities every ``interval`` seconds too; for las, instead of at the exact
     # times when attained services cross (the paper's Figure 7 model).
     interval: float | None = None
@@ -247,6 +251,8 @@ class _Simulation:
         ckpt, restore = (
             (known.checkpoint_s, known.restore_s) if cost == "model" else (cost or 0.0,) * 2
         )
+        if ckpt or restore:
+            self.sched.update_costs(spec.job_id, ckpt, restore)
         record = JobRecord(
             spec.job_id, spec.gpus, spec.arrival, float(spec.duration or 0.0), model=spec.model
         )
@@ -326,7 +332,11 @@ def build_scheduler(
         queue_thresholds=thresholds,
         promote_knob=opts.promote_knob if opts.promote_knob is not None else math.inf,
         interval=opts.interval or 0.0,
-        queue_order=opts.queue_order or DEFAULT_QUEUE_ORDER,
+        **{  # None: the core's default
+            name: value
+            for name in ("queue_order", "min_run", "min_run_restores", "cheap_victims")
+            if (value := getattr(opts, name)) is not None
+        },
     )
     params: dict[str, object] = {}
     if policy == "tiresias-g":

@@ -127,6 +127,8 @@ def test_factories_name_the_valid_choices() -> None:
         {"promote_knob": 0},
         {"interval": -1.0},
         {"queue_order": "lifo"},
+        {"min_run": -1.0},
+        {"min_run_restores": math.inf},
     ):
         with pytest.raises(CoreError):
             SchedulerConfig(**bad)  # type: ignore[arg-type]
@@ -197,6 +199,53 @@ def test_queue_order_decides_whether_a_preempted_job_evicts_its_queue(
     assert s.job("b").queue == 1 == s.job("a").queue
     # first-start: a started first, so it evicts the running b; running-first: b keeps on
     assert (preempted(out), started(out)) == at_1500
+
+
+@pytest.mark.parametrize(
+    ("config", "costs", "preempted_at"),
+    [
+        ({}, (0.0, 0.0), 50.0),
+        ({"min_run": 80.0}, (0.0, 0.0), 80.0),
+        ({"min_run_restores": 2.0}, (1.0, 40.0), 80.0),
+        ({"min_run": 60.0, "min_run_restores": 2.0}, (1.0, 40.0), 80.0),
+    ],
+)
+def test_minimum_run_time_delays_preemption(
+    config: dict[str, float], costs: tuple[float, float], preempted_at: float
+) -> None:
+    # a (2 GPUs) is demoted at 50 below the waiting b; its guard may hold b off until 80
+    s = sched(gpus=(2,), queue_thresholds=(100.0,), **config)
+    s.submit(spec("a", 2, duration=None), 0)
+    s.update_costs("a", *costs)
+    settle(s, 0)
+    s.submit(spec("b", 1, arrival=10, duration=None), 10)
+    assert settle(s, 10) == []
+    state = json.loads(json.dumps(s.export_state()))  # the guard and costs survive a restore
+    s = Scheduler.from_state(state, make_policy("tiresias-l"), make_placement("consolidate"))
+    assert s.next_wakeup(10) == 50.0
+    out = settle(s, 50.0)
+    if preempted_at > 50.0:
+        assert out == [] and s.job("a").queue == 1
+        assert s.next_wakeup(50.0) == preempted_at  # the guard's end
+        out = settle(s, preempted_at)
+    assert (preempted(out), started(out)) == (["a"], ["b"])
+
+
+@pytest.mark.parametrize(("cheap", "victim"), [(False, "x"), (True, "y")])
+def test_cheap_victims_preempts_the_cheapest_running_job_of_a_queue(
+    cheap: bool, victim: str
+) -> None:
+    s = sched(gpus=(2,), queue_thresholds=(100.0,), cheap_victims=cheap)
+    for name, at, cost in (("y", 0.0, 1.0), ("x", 1.0, 10.0)):
+        s.submit(spec(name, 1, arrival=at, duration=None), at)
+        s.update_costs(name, cost, cost)
+        settle(s, at)
+    settle(s, 150.0)  # both demoted to queue 1; x started later
+    s.submit(spec("z", 1, arrival=200, duration=None), 200)
+    out = settle(s, 200.0)
+    assert (preempted(out), started(out)) == ([victim], ["z"])
+    with pytest.raises(CoreError, match="restore cost must be >= 0"):
+        s.update_costs("x", 1.0, -1.0)
 
 
 def test_no_promotion_when_knob_is_infinite() -> None:
