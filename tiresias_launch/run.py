@@ -69,7 +69,9 @@ def local_gpus(requested: int | None, needed: int) -> list[dict[str, Any]]:
 
 
 def parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="tiresias-run", description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(
+        prog="tiresias-run", description=__doc__.split("\n\n")[0].replace("``", "")
+    )
     ap.add_argument(
         "--coordinator",
         default=None,
