@@ -65,6 +65,13 @@ def test_every_flag_has_help_stating_its_default() -> None:
     )
 
 
+def test_every_subcommand_formats_its_help() -> None:
+    ref = _reference()
+    for script in ref.PARSERS:
+        for name, _, ap in ref.parsers(script):
+            assert ap.format_help().startswith(f"usage: {name} "), name
+
+
 def test_configuration_reference_matches_the_parsers() -> None:
     ref = _reference()
     assert (REPO / "docs/configuration.md").read_text() == ref.render(), (
