@@ -13,6 +13,7 @@ import signal
 import sys
 import time
 import urllib.parse
+import uuid
 from collections.abc import Callable, Sequence
 from datetime import datetime
 from pathlib import Path
@@ -141,6 +142,18 @@ def script_argv(script: str, nodes_here: bool) -> str:
     raise ValueError(f"no such script: {script}{hint}")
 
 
+#: Times a submit is sent again when no reply comes (its key makes that safe).
+SUBMIT_RETRIES = 2
+
+
+def env_pair(text: str) -> tuple[str, str]:
+    """``--env NAME=VALUE``."""
+    name, eq, value = text.partition("=")
+    if not eq or not name or "\0" in text:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected NAME=VALUE")
+    return name, value
+
+
 def cmd_submit(client: Client, args: argparse.Namespace) -> int:
     workers = args.workers if args.workers is not None else (args.gpus or 1)
     reply = client.request(
@@ -153,7 +166,9 @@ def cmd_submit(client: Client, args: argparse.Namespace) -> int:
         cwd=os.getcwd(),
         name=args.name or Path(args.script).name,
         duration=args.duration,
-        env=dict(kv.split("=", 1) for kv in args.env),
+        env=dict(args.env),
+        key=uuid.uuid4().hex,  # a retry after a lost reply is the same job
+        retries=SUBMIT_RETRIES,
     )
     _print(args, {"job_id": reply["job_id"]}, lambda d: d["job_id"])
     return 0
@@ -369,6 +384,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--env",
         action="append",
+        type=env_pair,
         default=[],
         metavar="K=V",
         help="extra environment for the job's processes",

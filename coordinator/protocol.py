@@ -16,6 +16,8 @@ import msgpack
 VERSION = 1
 #: Largest message the protocol accepts; decode() refuses anything bigger with an error reply.
 MAX_MESSAGE_BYTES = 1 << 20
+#: Longest idempotency ``key`` of a submit.
+MAX_KEY = 128
 #: Socket-level cap (zmq.MAXMSGSIZE): ZeroMQ drops the connection of a peer sending more.
 SOCKET_MAX_BYTES = 4 * MAX_MESSAGE_BYTES
 
@@ -60,6 +62,7 @@ SCHEMAS: dict[str, dict[str, Field]] = {
         "name": OPT_STR,
         "duration": ((*NUM, None), False),
         "skew": ((*NUM, None), False),
+        "key": OPT_STR,
     },
     "status": {"job_id": OPT_STR, **LISTING},
     "queue": LISTING,
@@ -282,6 +285,9 @@ def _check_nested(t: str, msg: dict[str, Any]) -> None:
         skew = msg.get("skew")
         if skew is not None and not 0.0 <= skew <= 1.0:
             raise ProtocolError(f"submit: 'skew' must be in [0, 1], got {skew}")
+        key = msg.get("key")
+        if key is not None and not 0 < len(key) <= MAX_KEY:
+            raise ProtocolError(f"submit: 'key' must be 1 to {MAX_KEY} characters")
     elif t == "register":
         _check_items("register: 'gpus'", msg["gpus"], GPU_ITEM)
         _check_items("register: 'running'", msg["running"], RUNNING_ITEM)

@@ -14,12 +14,14 @@ import signal
 import sys
 import tempfile
 import threading
+import uuid
 from pathlib import Path
 from typing import Any
 
 from coordinator.cli import (
     FINISHED,
     SCRIPT_HELP,
+    SUBMIT_RETRIES,
     follow_logs,
     log_writer,
     on_this_machine,
@@ -142,6 +144,8 @@ def run_job(client: Client, args: argparse.Namespace) -> int:
         horovod=args.horovod,
         cwd=os.getcwd(),
         name=args.name or Path(args.script).name,
+        key=uuid.uuid4().hex,  # a retry after a lost reply is the same job
+        retries=SUBMIT_RETRIES,
     )["job_id"]
     print(f"tiresias-run: job {job_id} submitted to {client.address}", file=sys.stderr)
     cancelled = threading.Event()

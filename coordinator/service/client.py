@@ -60,28 +60,40 @@ class Client:
         self._sock = dealer(self._ctx, self.address, keys)
         self._ids = itertools.count(1)
 
-    def request(self, msg_type: str, timeout: float | None = None, **fields: Any) -> dict:
-        """Send one request and return the ``ok`` reply's fields."""
-        rid = next(self._ids)
-        self._sock.send(protocol.encode(msg_type, id=rid, **fields))
-        deadline = time.monotonic() + (self.timeout if timeout is None else timeout)
+    def request(
+        self, msg_type: str, timeout: float | None = None, retries: int = 0, **fields: Any
+    ) -> dict:
+        """Send one request and return the ``ok`` reply's fields. ``retries``: send it again
+        that many times when no reply comes (only for requests safe to repeat, such as a
+        submit with a ``key``)."""
+        wait = self.timeout if timeout is None else timeout
+        for _ in range(retries + 1):
+            rid = next(self._ids)
+            self._sock.send(protocol.encode(msg_type, id=rid, **fields))
+            reply = self._reply(rid, time.monotonic() + wait)
+            if reply is not None:
+                if reply["type"] == "error":
+                    raise RequestError(reply["error"])
+                return reply
+        raise RequestError(
+            f"no reply from the coordinator at {self.address} within {wait:g}s"
+            + (f" ({retries + 1} tries)" if retries else "")
+            + " (is it running, and are CURVE keys right?)"
+        )
+
+    def _reply(self, rid: int, deadline: float) -> dict | None:
+        """The reply to request ``rid``, or None at the deadline."""
         while True:
             left = deadline - time.monotonic()
             if left <= 0 or not self._sock.poll(int(left * 1000)):
-                raise RequestError(
-                    f"no reply from the coordinator at {self.address} within "
-                    f"{self.timeout if timeout is None else timeout:g}s (is it running, and "
-                    f"are CURVE keys right?)"
-                )
+                return None
             try:
                 reply = protocol.decode(self._sock.recv())
             except protocol.ProtocolError as e:
                 raise RequestError(f"bad reply from the coordinator: {e}") from None
-            if reply.get("id") != rid:
-                continue  # a late reply to an earlier, timed-out request
-            if reply["type"] == "error":
-                raise RequestError(reply["error"])
-            return reply
+            if reply.get("id") == rid:
+                return reply
+            # else a late reply to an earlier, timed-out request
 
     def send(self, msg_type: str, **fields: Any) -> None:
         """Fire-and-forget (reports)."""

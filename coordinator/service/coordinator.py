@@ -9,11 +9,13 @@ any command leaves, so a restarted coordinator picks up exactly where the old on
 from __future__ import annotations
 
 import argparse
+import contextlib
 import itertools
 import json
 import logging
 import random
 import signal
+import sqlite3
 import sys
 import threading
 import time
@@ -63,6 +65,8 @@ log = logging.getLogger("tiresias.coordinator")
 REGISTER = "register"
 LOG_FETCH_TIMEOUT = 3.0
 LOG_BUDGET = protocol.MAX_MESSAGE_BYTES // 4
+#: Requests that change state: refused once the state database cannot be written.
+CHANGES = frozenset({"submit", "cancel", "advance", "register", "exited"})
 #: Most jobs in one page of ``status``/``queue``, and the page's byte budget.
 PAGE_JOBS = 500
 LIST_BUDGET = protocol.MAX_MESSAGE_BYTES // 2
@@ -156,6 +160,8 @@ class Coordinator:
         self.last_seen: dict[str, float] = {}
         self.deadlines: dict[str, float] = {}  # job → monotonic kill backstop
         self._node_gpus: dict[str, list[dict[str, Any]]] = {}
+        #: Why the state database cannot be written any more (then nothing is accepted).
+        self.disk_error: str | None = None
         #: Profiler stage hook: (report, number of PS) → S_J or None.
         self.skew_estimator: Callable[[dict[str, Any], int], float | None] = report_skew
         self._recover(fresh)
@@ -221,7 +227,15 @@ class Coordinator:
                 apply_event(self.sched, kind, args)
             except CoreError as e:  # it failed live too, and was journaled regardless
                 log.debug("replayed %s failed again: %s", kind, e)
-        self.records: dict[str, dict[str, Any]] = dict(self.store.jobs())
+        # in submission order (j1, j2, …): listings page through it
+        self.records: dict[str, dict[str, Any]] = dict(
+            sorted(self.store.jobs(), key=lambda item: int(item[0][1:]))
+        )
+        self.submit_keys = {
+            (rec["request"].get("owner"), rec["request"]["key"]): job_id
+            for job_id, rec in self.records.items()
+            if rec["request"].get("key") is not None
+        }
         self.packlimit = PackLimit(
             DEFAULT_PACKLIMIT if self.opts.packlimit is None else self.opts.packlimit
         )
@@ -243,13 +257,28 @@ class Coordinator:
         except BaseException:
             self._outbox.clear()
             self._progress_dirty.clear()
-            self._load_state()
+            with contextlib.suppress(sqlite3.Error):  # a failed disk: nothing is written again
+                self._load_state()
             raise
         outbox, self._outbox = self._outbox, []
         for node, frame in outbox:
             self._to_node(node, frame)
         if self.store.since_snapshot >= self.opts.snapshot_every:
-            self.store.save_snapshot(snapshot(self.sched))
+            try:
+                self.store.save_snapshot(snapshot(self.sched))
+            except sqlite3.Error as e:  # what was just committed stands: the journal has it
+                self._disk_failed(e)
+
+    def _disk_failed(self, e: sqlite3.Error) -> None:
+        """The state database cannot be written: stop accepting changes (each would be lost)
+        and say so, once in the log and in every refusal."""
+        if self.disk_error is None:
+            self.disk_error = (
+                f"the state database {self.store.path} cannot be written ({e}); this "
+                f"coordinator accepts no changes until it is restarted on a working disk "
+                f"(everything acknowledged so far is safe)"
+            )
+            log.error("%s", self.disk_error)
 
     def _core(self, kind: str, **args: Any) -> Any:
         """Apply one core event and journal it (inside an ``_atomic`` block)."""
@@ -306,7 +335,10 @@ class Coordinator:
                             )
                             continue
                         self._on_frame(rid, frames[0])
-                self._timers()
+                try:
+                    self._timers()
+                except sqlite3.Error as e:
+                    self._disk_failed(e)
         finally:
             self._flush_progress()
             self.sock.close(linger=0)
@@ -325,12 +357,6 @@ class Coordinator:
 
     def _timers(self) -> None:
         mono = time.monotonic()
-        for node, seen in list(self.last_seen.items()):
-            if mono - seen > self.opts.heartbeat_timeout:
-                log.warning(
-                    "node %s missed heartbeats for %.1fs; declaring it down", node, mono - seen
-                )
-                self._node_down(node)
         for job_id, deadline in list(self.deadlines.items()):
             if mono >= deadline:  # the agent should have killed it by now: insist
                 del self.deadlines[job_id]
@@ -340,6 +366,14 @@ class Coordinator:
         for req, fetch in list(self._fetches.items()):
             if mono >= fetch.deadline:
                 self._finish_fetch(req)
+        if self.disk_error is not None:  # every change below would be lost
+            return
+        for node, seen in list(self.last_seen.items()):
+            if mono - seen > self.opts.heartbeat_timeout:
+                log.warning(
+                    "node %s missed heartbeats for %.1fs; declaring it down", node, mono - seen
+                )
+                self._node_down(node)
         if mono >= self._next_flush:  # once a second: O(jobs) work stays off the hot path
             self._flush_progress()
             self._update_gauges()
@@ -612,6 +646,9 @@ class Coordinator:
             self._refuse(rid, msg.get("id"), f"{t}: not a message the coordinator accepts")
             return
         self.metrics.count(t)
+        if self.disk_error is not None and t in CHANGES:
+            self._refuse(rid, msg.get("id"), f"{t}: {self.disk_error}")
+            return
         node = self.nodes_by_route.get(rid)
         if node is not None:
             self.last_seen[node] = time.monotonic()
@@ -622,6 +659,10 @@ class Coordinator:
             return
         except protocol.ProtocolError as e:
             self._refuse(rid, msg.get("id"), str(e), **({"code": e.code} if e.code else {}))
+            return
+        except sqlite3.Error as e:
+            self._disk_failed(e)
+            self._refuse(rid, msg.get("id"), f"{t}: {self.disk_error}")
             return
         except Exception as e:  # a bug must not kill the service; _atomic undid its writes
             log.exception("%s failed; nothing of it was applied", t)
@@ -681,9 +722,12 @@ class Coordinator:
         }
         request = {
             k: msg[k]
-            for k in ("argv", "workers", "ps", "horovod", "cwd", "env", "name")
+            for k in ("argv", "workers", "ps", "horovod", "cwd", "env", "name", "key")
             if msg.get(k) is not None
         }
+        done = self.submit_keys.get((request.get("owner"), request.get("key")))
+        if done is not None:  # a retry of a submit whose reply was lost: the same job
+            return {"job_id": done, "duplicate": True}
         self._check_deliverable(request)
         with self._atomic():
             try:
@@ -701,8 +745,10 @@ class Coordinator:
                 "skew": msg.get("skew"),
             }
             self._save(job_id)
+        if "key" in request:
+            self.submit_keys[(request.get("owner"), request["key"])] = job_id
         self._dirty = True
-        log.info("submitted %s: %s", job_id, " ".join(msg["argv"]))
+        log.info("submitted %s: %s", job_id, " ".join(msg["argv"])[:200])
         return {"job_id": job_id}
 
     def _on_cancel(self, rid: bytes, msg: dict[str, Any]) -> dict[str, Any]:
@@ -935,10 +981,13 @@ class Coordinator:
             self._progress_dirty.add(job_id)
 
     def _flush_progress(self) -> None:
-        if self._progress_dirty:
-            with self.store.tx():
-                for job_id in self._progress_dirty:
-                    self._save(job_id)
+        if self._progress_dirty and self.disk_error is None:
+            try:
+                with self.store.tx():
+                    for job_id in self._progress_dirty:
+                        self._save(job_id)
+            except sqlite3.Error as e:
+                self._disk_failed(e)
             self._progress_dirty.clear()
 
     # --- views --------------------------------------------------------------------------

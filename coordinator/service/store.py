@@ -10,6 +10,7 @@ one twice.
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -51,7 +52,8 @@ class Store:
         # built on one thread, then owned by the event loop's thread (embedded tiresias-run)
         self.db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
         self.db.execute("PRAGMA journal_mode=WAL")
-        self.db.execute("PRAGMA synchronous=NORMAL")
+        # FULL: every commit is on disk (WAL fsync'd) before anything is acknowledged
+        self.db.execute("PRAGMA synchronous=FULL")
         self.db.executescript(SCHEMA)
         self._in_tx = False
         row = self.db.execute("SELECT MAX(seq) FROM journal").fetchone()
@@ -71,7 +73,8 @@ class Store:
         try:
             yield
         except BaseException:
-            self.db.execute("ROLLBACK")
+            with contextlib.suppress(sqlite3.Error):  # a failed disk may refuse even this
+                self.db.execute("ROLLBACK")
             self.seq, self.since_snapshot = counters
             raise
         else:

@@ -201,3 +201,20 @@ def test_agent_survives_every_bad_launch_and_reports_it_failed(tmp_path: Path) -
         fake.expect(lambda m: m["type"] == "heartbeat", "a heartbeat after all that")
     finally:
         fake.close()
+
+
+def test_a_retried_submit_is_the_same_job(coord: Coordinator) -> None:
+    """The reply to a submit is lost (its client is gone); the retry with the same key gets
+    the job that was created, not a second one."""
+    with Client(coord.address, timeout=5) as client:
+        _register(client, "n1", 1)
+        lost = zmq.Context.instance().socket(zmq.DEALER)
+        lost.linger = 0
+        lost.connect(coord.address)
+        lost.send(protocol.encode("submit", id=1, argv=["x.py"], workers=1, key="k-1"))
+        wait_until(lambda: client.request("queue")["jobs"], 5, "the first submit")
+        lost.close()
+        again = client.request("submit", argv=["x.py"], workers=1, key="k-1")
+        assert again == {"type": "ok", "v": 1, "id": again["id"], "job_id": "j1", "duplicate": True}
+        assert client.request("submit", argv=["x.py"], workers=1, key="k-2")["job_id"] == "j2"
+        assert [j["job_id"] for j in client.request("queue")["jobs"]] == ["j1", "j2"]
