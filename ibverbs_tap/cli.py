@@ -11,26 +11,34 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from ibverbs_tap import library_path
 from ibverbs_tap.profile import (
     DIR_ENV,
+    Histogram,
+    Peer,
     ProcessGoneError,
     ProcessProfile,
     TapError,
+    merge_peers,
     read_directory,
     read_process,
     read_tree,
 )
-from ibverbs_tap.skew import (
-    bytes_per_ps,
-    ps_addresses_from_tf_config,
-    skew,
+from ibverbs_tap.roles import (
+    Cluster,
+    cluster_of,
+    label,
+    labelled,
+    ps_tasks,
+    role_endpoints,
+    roles,
     tf_config_of,
 )
+from ibverbs_tap.skew import bytes_per_role, skew
 
 DUMP_VERSION = 1
 
@@ -48,68 +56,149 @@ def _bucket_range(b: int) -> str:
     return f"[{_size(low)}, {_size(1 << (b + 1))})"
 
 
-def _verbs_state(p: ProcessProfile) -> str:
-    if not p.verbs_built:
+def _verbs_state(p: Mapping[str, Any]) -> str:
+    if not p["verbs_built"]:
         return "verbs: not built (socket tap only)"
-    return "verbs: device opened" if p.verbs_seen else "verbs: built, no device opened"
+    return "verbs: device opened" if p["verbs_seen"] else "verbs: built, no device opened"
 
 
-def _describe(p: ProcessProfile, window: float | None) -> list[str]:
-    cmd = " ".join(p.cmdline) or "?"
-    head = f"pid {p.pid} (ppid {p.ppid}) `{cmd}` — {_verbs_state(p)}"
-    if window is not None:
-        head += f"; window {window:.2f} s"
-    lines = [head]
+class UsageError(TapError):
+    """A bad combination of arguments (exit status 2, like argparse's own errors)."""
 
-    def rate(n: int) -> str:
-        return f" ({_size(n / window)}/s)" if window else ""
 
-    for peer in p.peers:
-        lines.append(
-            f"  {peer.kind} {peer.address}: tx {peer.tx.count} msgs {_size(peer.tx.total_bytes)}"
-            f"{rate(peer.tx.total_bytes)}, rx {peer.rx.count} msgs {_size(peer.rx.total_bytes)}"
-            f"{rate(peer.rx.total_bytes)}"
-            + (f", {peer.recv_posted} recvs posted" if peer.kind == "verbs" else "")
-        )
-        for direction, hist in (("tx", peer.tx), ("rx", peer.rx)):
-            for b, count, nbytes in hist.buckets():
-                lines.append(
-                    f"    {direction} {_bucket_range(b):>22} {count:>10} msgs {_size(nbytes):>12}"
-                )
-    if not p.peers:
-        lines.append("  no TCP or verbs traffic")
-    if p.dropped_calls:
-        lines.append(
-            f"  {p.dropped_calls} calls ({_size(p.dropped_bytes)}) not attributed: peer table full"
-        )
+def _read(pid: int, tree: bool) -> tuple[list[ProcessProfile], list[int]]:
+    """Snapshots of ``pid`` (and with ``tree`` its traced descendants), and the untraced
+    descendants."""
+    return read_tree(pid) if tree else ([read_process(pid)], [])
+
+
+def _peer_report(peer: Peer, in_window: Peer | None, window: float | None) -> dict[str, Any]:
+    """A peer's cumulative histograms, and with a window its rates over that window."""
+    d = peer.to_dict()
+    if window:
+        for direction in ("tx", "rx"):
+            hist: Histogram = getattr(in_window, direction) if in_window else Histogram()
+            d[direction]["msgs_per_s"] = hist.count / window
+            d[direction]["bytes_per_s"] = hist.total_bytes / window
+    return d
+
+
+def _peers_report(
+    peers: Iterable[Peer], in_window: Iterable[Peer], window: float | None
+) -> list[dict[str, Any]]:
+    recent = {(p.kind, p.address): p for p in merge_peers(in_window)}
+    return [_peer_report(p, recent.get((p.kind, p.address)), window) for p in merge_peers(peers)]
+
+
+def profile_report(
+    before: Mapping[int, ProcessProfile],
+    after: Mapping[int, ProcessProfile],
+    untraced: Sequence[int],
+    window: float | None,
+    tree: bool,
+) -> dict[str, Any]:
+    """What ``profile`` prints: per process (and with ``tree`` summed over them), per peer,
+    the histograms since the process started and the rates between the two snapshots."""
+    deltas = {pid: p.since(before[pid]) if pid in before else p for pid, p in after.items()}
+    processes = []
+    for pid, prof in after.items():
+        d = prof.to_dict()
+        d["peers"] = _peers_report(prof.peers, deltas[pid].peers, window)
+        processes.append(d)
+    report: dict[str, Any] = {"window": window, "processes": processes}
+    if tree:
+        report["total"] = {
+            "pids": list(after),
+            "untraced": list(untraced),
+            "peers": _peers_report(
+                (peer for p in after.values() for peer in p.peers),
+                (peer for p in deltas.values() for peer in p.peers),
+                window,
+            ),
+        }
+    return report
+
+
+def _direction(name: str, d: Mapping[str, Any]) -> str:
+    text = f"{name} {d['count']} msgs {_size(d['bytes'])}"
+    return text + (f" ({_size(d['bytes_per_s'])}/s)" if "bytes_per_s" in d else "")
+
+
+def _peer_lines(peer: Mapping[str, Any]) -> list[str]:
+    name = f"{peer['role']} " if peer["role"] else ""
+    lines = [
+        f"  {name}{peer['kind']} {peer['address']}: {_direction('tx', peer['tx'])}, "
+        f"{_direction('rx', peer['rx'])}"
+        + (f", {peer['recv_posted']} recvs posted" if peer["kind"] == "verbs" else "")
+    ]
+    for direction in ("tx", "rx"):
+        for b, count, nbytes in peer[direction]["buckets"]:
+            lines.append(
+                f"    {direction} {_bucket_range(b):>22} {count:>10} msgs {_size(nbytes):>12}"
+            )
     return lines
 
 
-def _snapshot(pid: int, tree: bool) -> dict[int, ProcessProfile]:
-    profiles = read_tree(pid)[0] if tree else [read_process(pid)]
-    return {p.pid: p for p in profiles}
+def _process_head(p: Mapping[str, Any]) -> str:
+    cmd = " ".join(p["cmdline"]) or "?"
+    role = f" {p['role']}" if p["role"] else ""
+    return f"pid {p['pid']}{role} (ppid {p['ppid']}) `{cmd}` — {_verbs_state(p)}"
+
+
+def _describe(report: Mapping[str, Any], now: float) -> list[str]:
+    """The text form of ``profile_report``."""
+    window = report["window"]
+    when = f"; rates over the last {window:.2f} s" if window else ""
+    lines: list[str] = []
+    if "total" in report:
+        total = report["total"]
+        lines.append(f"{len(total['pids'])} traced processes, summed{when}")
+        for p in report["processes"]:
+            tx = sum(peer["tx"]["bytes"] for peer in p["peers"])
+            rx = sum(peer["rx"]["bytes"] for peer in p["peers"])
+            lines.append(f"  {_process_head(p)}: tx {_size(tx)}, rx {_size(rx)}")
+        if total["untraced"]:
+            lines.append("  not traced: " + " ".join(map(str, total["untraced"])))
+        peers = total["peers"]
+    else:
+        [p] = report["processes"]
+        lines.append(f"{_process_head(p)}; since start {now - p['start_time']:.1f} s ago{when}")
+        peers = p["peers"]
+    for peer in peers:
+        lines.extend(_peer_lines(peer))
+    if not peers:
+        lines.append("  no TCP or verbs traffic")
+    for p in report["processes"]:
+        if p["dropped_calls"]:
+            lines.append(
+                f"  pid {p['pid']}: {p['dropped_calls']} calls ({_size(p['dropped_bytes'])}) "
+                "not attributed: peer table full"
+            )
+    return lines
 
 
 def cmd_profile(args: argparse.Namespace) -> int:
-    if args.interval <= 0:
-        raise TapError("--interval must be positive")
+    if args.interval < 0:
+        raise UsageError("--interval must be 0 (no rates) or positive")
+    if args.interval == 0 and args.duration is not None:
+        raise UsageError("--duration needs a positive --interval")
     duration = args.duration if args.duration is not None else args.interval
-    windows = max(1, round(duration / args.interval))
-    before = _snapshot(args.pid, args.tree)
+    windows = max(1, round(duration / args.interval)) if args.interval else 1
+    before = {p.pid: p for p in _read(args.pid, args.tree)[0]}
     started = time.monotonic()
     for _ in range(windows):
         time.sleep(args.interval)
         try:
-            after = _snapshot(args.pid, args.tree)
+            profiles, untraced = _read(args.pid, args.tree)
         except ProcessGoneError as e:
             raise TapError(f"{e} (during the measurement window)") from None
-        window = time.monotonic() - started
-        deltas = [p.since(before[pid]) if pid in before else p for pid, p in after.items()]
+        window = (time.monotonic() - started) if args.interval else None
+        after = {p.pid: labelled(p) for p in profiles}
+        report = profile_report(before, after, untraced, window, args.tree)
         if args.json:
-            print(json.dumps({"window": window, "processes": [d.to_dict() for d in deltas]}))
+            print(json.dumps(report))
         else:
-            for d in deltas:
-                print("\n".join(_describe(d, window)))
+            print("\n".join(_describe(report, time.time())))
         sys.stdout.flush()
         before, started = after, time.monotonic()
     return 0
@@ -123,32 +212,46 @@ def _load_dump(path: str) -> list[ProcessProfile]:
         raise TapError(f"{path} is not an ibverbs-tap dump: {e}") from None
 
 
+def _ps_cluster(args: argparse.Namespace, profiles: Sequence[ProcessProfile]) -> Cluster:
+    """The parameter servers, by role: ``--ps``, else ``--tf-config``, else the TF_CONFIG
+    the traced processes started with, else ``$TF_CONFIG``."""
+    if args.ps:
+        return {"ps": dict(enumerate(args.ps))}
+    tf_config = args.tf_config
+    if not tf_config and args.dump is None:
+        found = {tf_config_of(p.pid) for p in profiles} - {None}
+        try:
+            specs = {json.dumps(cluster_of(c).get("ps", {}), sort_keys=True) for c in found}
+        except ValueError as e:
+            raise TapError(f"the TF_CONFIG a traced process started with: {e}") from None
+        if len(specs) > 1:
+            raise TapError(
+                "the traced processes name different parameter servers in TF_CONFIG; "
+                "give --ps HOST:PORT…"
+            )
+        tf_config = next(iter(found), None)
+    tf_config = tf_config or os.environ.get("TF_CONFIG")
+    if not tf_config:
+        raise TapError("no parameter servers: give --ps HOST:PORT…, --tf-config, or set TF_CONFIG")
+    return {"ps": ps_tasks(tf_config)}
+
+
 def cmd_skew(args: argparse.Namespace) -> int:
-    if args.dump:
-        profiles = _load_dump(args.dump)
-    else:
-        profiles = read_tree(args.pid)[0] if args.tree else [read_process(args.pid)]
-    ps = args.ps
+    profiles = _load_dump(args.dump) if args.dump else _read(args.pid, args.tree)[0]
     try:
-        if not ps:
-            tf_config = args.tf_config or os.environ.get("TF_CONFIG")
-            if not tf_config and args.pid is not None:
-                tf_config = tf_config_of(args.pid)
-            if not tf_config:
-                raise TapError(
-                    "no parameter servers: give --ps HOST:PORT…, --tf-config, or set TF_CONFIG"
-                )
-            ps = ps_addresses_from_tf_config(tf_config)
-        totals = bytes_per_ps(profiles, ps)
+        cluster = _ps_cluster(args, profiles)
+        by_endpoint = role_endpoints(cluster, strict=True)
+        addresses = roles(cluster)
+        totals = bytes_per_role([label(p, by_endpoint) for p in profiles], addresses)
         s_j = skew(totals)
     except (ValueError, OSError) as e:
         raise TapError(str(e)) from None
     if args.json:
-        print(json.dumps({"bytes_per_ps": totals, "skew": s_j}))
+        print(json.dumps({"bytes_per_ps": totals, "addresses": addresses, "skew": s_j}))
     else:
         total = sum(totals.values())
-        for address, n in totals.items():
-            print(f"{address:>24} {_size(n):>12} {n / total:7.1%}")
+        for role, n in totals.items():
+            print(f"{role:>6} {addresses[role]:>24} {_size(n):>12} {n / total:7.1%}")
         print(f"S_J = {s_j:.3f}")
     return 0
 
@@ -210,24 +313,45 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("command", nargs=argparse.REMAINDER, help="-- CMD…")
     run.set_defaults(func=cmd_run)
 
-    prof = sub.add_parser("profile", help="watch a traced process")
+    prof = sub.add_parser(
+        "profile",
+        help="per-peer histograms of a traced process since it started, and its rates",
+        description="Per-peer message-size histograms of a traced process since it started, "
+        "with the rates over a window beside them; peers are named by TF role (ps0, "
+        "worker1) when the process has TF_CONFIG.",
+    )
     prof.add_argument("pid", type=int, help="a process started under `ibverbs-tap run`")
     prof.add_argument(
-        "--interval", type=float, default=1.0, help="seconds per window (default %(default)g)"
+        "--interval",
+        type=float,
+        default=1.0,
+        help="seconds per rate window; 0: print the histograms at once, without rates "
+        "(default %(default)g)",
     )
     prof.add_argument("--duration", type=float, help="total seconds (default: one window)")
-    prof.add_argument("--tree", action="store_true", help="include traced descendants")
+    prof.add_argument(
+        "--tree",
+        action="store_true",
+        help="sum the process and its traced descendants per peer (a gang started under "
+        "one `ibverbs-tap run`)",
+    )
     prof.add_argument("--json", action="store_true", help="one JSON object per window")
     prof.set_defaults(func=cmd_profile)
 
     sk = sub.add_parser("skew", help="S_J: share of PS traffic on the busiest PS")
     src = sk.add_mutually_exclusive_group(required=True)
-    src.add_argument("--pid", type=int, help="a traced process (e.g. a worker)")
+    src.add_argument("pid", type=int, nargs="?", help="a traced process (e.g. a worker)")
     src.add_argument("--dump", help="a JSON summary written by `run --out`")
-    sk.add_argument("--tree", action="store_true", help="with --pid: include descendants")
-    sk.add_argument("--ps", nargs="+", metavar="HOST:PORT", help="parameter server addresses")
+    sk.add_argument("--tree", action="store_true", help="with PID: include traced descendants")
     sk.add_argument(
-        "--tf-config", help="TF_CONFIG JSON or file (default: $TF_CONFIG, then the pid's)"
+        "--ps",
+        nargs="+",
+        metavar="HOST:PORT",
+        help="parameter server addresses, ps0 first (default: from TF_CONFIG)",
+    )
+    sk.add_argument(
+        "--tf-config",
+        help="TF_CONFIG JSON or file (default: the traced processes' own, then $TF_CONFIG)",
     )
     sk.add_argument("--json", action="store_true", help="one JSON object: bytes per PS and S_J")
     sk.set_defaults(func=cmd_skew)
@@ -243,7 +367,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 128 + signal.SIGPIPE
     except TapError as e:
         print(f"ibverbs-tap: {e}", file=sys.stderr)
-        return 1
+        return 2 if isinstance(e, UsageError) else 1
 
 
 if __name__ == "__main__":

@@ -9,7 +9,7 @@ from __future__ import annotations
 import ipaddress
 import os
 import struct
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -69,6 +69,12 @@ class Histogram:
             tuple(a - b for a, b in zip(self.bytes, earlier.bytes, strict=True)),
         )
 
+    def __add__(self, other: Histogram) -> Histogram:
+        return Histogram(
+            tuple(a + b for a, b in zip(self.counts, other.counts, strict=True)),
+            tuple(a + b for a, b in zip(self.bytes, other.bytes, strict=True)),
+        )
+
     def to_dict(self) -> dict[str, Any]:
         return {"count": self.count, "bytes": self.total_bytes, "buckets": self.buckets()}
 
@@ -95,6 +101,7 @@ class Peer:
     qpn: int | None = None
     local_qpn: int | None = None
     recv_posted: int = 0
+    role: str | None = None  # "ps0", "worker1": the TF task at this address (roles.py)
 
     @property
     def key(self) -> str:
@@ -105,7 +112,7 @@ class Peer:
         return self.tx.total_bytes + self.rx.total_bytes
 
     def to_dict(self) -> dict[str, Any]:
-        d: dict[str, Any] = {"kind": self.kind, "address": self.address}
+        d: dict[str, Any] = {"kind": self.kind, "address": self.address, "role": self.role}
         for name in ("host", "port", "lid", "gid", "qpn", "local_qpn"):
             if getattr(self, name) is not None:
                 d[name] = getattr(self, name)
@@ -128,7 +135,37 @@ class Peer:
             qpn=d.get("qpn"),
             local_qpn=d.get("local_qpn"),
             recv_posted=d.get("recv_posted", 0),
+            role=d.get("role"),
         )
+
+
+def _order(peer: Peer) -> tuple[bool, str, int, str, str]:
+    """Labelled peers first, by role (ps2 before ps10), then by address."""
+    job = (peer.role or "").rstrip("0123456789")
+    index = (peer.role or "")[len(job) :]
+    return (peer.role is None, job, int(index or 0), peer.kind, peer.address)
+
+
+def merge_peers(peers: Iterable[Peer]) -> tuple[Peer, ...]:
+    """Peers summed by address (several processes talking to one PS are one row), labelled
+    ones first by role."""
+    merged: dict[tuple[str, str], Peer] = {}
+    for p in peers:
+        key = (p.kind, p.address)
+        m = merged.get(key)
+        merged[key] = (
+            p
+            if m is None
+            else replace(
+                m,
+                tx=m.tx + p.tx,
+                rx=m.rx + p.rx,
+                recv_posted=m.recv_posted + p.recv_posted,
+                local_qpn=m.local_qpn if m.local_qpn == p.local_qpn else None,
+                role=m.role or p.role,
+            )
+        )
+    return tuple(sorted(merged.values(), key=_order))
 
 
 @dataclass(frozen=True)
@@ -147,6 +184,7 @@ class ProcessProfile:
     dropped_bytes: int = 0
     srq_recv_posted: int = 0
     path: str | None = None
+    role: str | None = None  # this process's TF task, e.g. "worker1" (roles.py)
 
     def peer(self, address: str) -> Peer | None:
         return next((p for p in self.peers if p.address == address), None)
@@ -179,6 +217,7 @@ class ProcessProfile:
         return {
             "pid": self.pid,
             "ppid": self.ppid,
+            "role": self.role,
             "cmdline": list(self.cmdline),
             "start_time": self.start_time,
             "images": self.images,
@@ -204,6 +243,7 @@ class ProcessProfile:
             dropped_calls=d.get("dropped_calls", 0),
             dropped_bytes=d.get("dropped_bytes", 0),
             srq_recv_posted=d.get("srq_recv_posted", 0),
+            role=d.get("role"),
         )
 
 
@@ -307,16 +347,19 @@ def read_file(path: str | os.PathLike[str]) -> ProcessProfile:
     return parse(raw, str(path))
 
 
+def environ_of(pid: int) -> dict[str, str]:
+    """The environment ``pid`` started with; empty if we may not read it."""
+    try:
+        raw = Path(f"/proc/{pid}/environ").read_bytes()
+    except OSError:
+        return {}
+    pairs = (e.decode(errors="replace").partition("=") for e in raw.split(b"\0") if e)
+    return {k: v for k, sep, v in pairs if sep}
+
+
 def profile_dir(pid: int) -> str:
     """Where ``pid`` writes its profile: its IBVERBS_TAP_DIR, else /dev/shm."""
-    try:
-        environ = Path(f"/proc/{pid}/environ").read_bytes()
-    except OSError:
-        return DEFAULT_DIR
-    for entry in environ.split(b"\0"):
-        if entry.startswith(DIR_ENV.encode() + b"="):
-            return entry.split(b"=", 1)[1].decode() or DEFAULT_DIR
-    return DEFAULT_DIR
+    return environ_of(pid).get(DIR_ENV) or DEFAULT_DIR
 
 
 def _proc_start_ticks(pid: int) -> int | None:

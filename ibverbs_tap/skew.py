@@ -4,13 +4,11 @@ hurts it more; the placement compares S_J with PACKLIMIT."""
 
 from __future__ import annotations
 
-import json
-import socket
 from collections.abc import Iterable, Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
 from ibverbs_tap.profile import ProcessProfile
+from ibverbs_tap.roles import label, ps_tasks, role_endpoints, roles
 
 ASSIGNMENTS = ("round-robin", "greedy")
 
@@ -67,54 +65,24 @@ def largest_class_share(sizes: Iterable[int]) -> float:
 
 def ps_addresses_from_tf_config(tf_config: str | Mapping[str, Any]) -> list[str]:
     """The ``ps`` task addresses of a TF_CONFIG given as JSON text, a path, or a mapping."""
-    if isinstance(tf_config, str):
-        text = tf_config
-        if not text.lstrip().startswith("{"):
-            text = Path(tf_config).read_text()
-        try:
-            tf_config = json.loads(text)
-        except json.JSONDecodeError as e:
-            raise ValueError(f"TF_CONFIG is not valid JSON: {e}") from None
-    ps = tf_config.get("cluster", {}).get("ps", [])
-    if not ps:
-        raise ValueError("TF_CONFIG has no cluster.ps addresses")
-    return list(ps)
+    return list(ps_tasks(tf_config).values())
 
 
-def tf_config_of(pid: int) -> str | None:
-    """TF_CONFIG from a process's environment, if it has one and we may read it."""
-    try:
-        environ = Path(f"/proc/{pid}/environ").read_bytes()
-    except OSError:
-        return None
-    for entry in environ.split(b"\0"):
-        if entry.startswith(b"TF_CONFIG="):
-            return entry.split(b"=", 1)[1].decode()
-    return None
-
-
-def _endpoints(address: str) -> set[tuple[str, int]]:
-    host, sep, port = address.rpartition(":")
-    if not sep or not port.isdigit():
-        raise ValueError(f"parameter server address {address!r} is not host:port")
-    host = host.strip("[]")
-    try:
-        infos = socket.getaddrinfo(host, int(port), type=socket.SOCK_STREAM)
-    except socket.gaierror as e:
-        raise ValueError(f"cannot resolve parameter server {address!r}: {e}") from None
-    return {(str(info[4][0]), int(port)) for info in infos}
+def bytes_per_role(profiles: Iterable[ProcessProfile], ps_roles: Iterable[str]) -> dict[str, int]:
+    """Bytes (both directions) the labelled ``profiles`` exchanged with each PS role, counted
+    on the client side: connections whose peer is the PS's listening address."""
+    totals = dict.fromkeys(ps_roles, 0)
+    for prof in profiles:
+        for peer in prof.peers:
+            if peer.role in totals:
+                totals[peer.role] += peer.total_bytes
+    return totals
 
 
 def bytes_per_ps(profiles: Iterable[ProcessProfile], ps_addresses: Sequence[str]) -> dict[str, int]:
     """Bytes (both directions) the given processes exchanged with each parameter server,
     counted on the client side: connections whose peer is the PS's listening address."""
-    endpoints = {a: _endpoints(a) for a in ps_addresses}
-    totals = dict.fromkeys(ps_addresses, 0)
-    for prof in profiles:
-        for peer in prof.peers:
-            if peer.kind != "tcp":
-                continue
-            for address, eps in endpoints.items():
-                if (peer.host, peer.port) in eps:
-                    totals[address] += peer.total_bytes
-    return totals
+    cluster = {"ps": dict(enumerate(ps_addresses))}
+    by_endpoint = role_endpoints(cluster, strict=True)
+    per_role = bytes_per_role((label(p, by_endpoint) for p in profiles), roles(cluster))
+    return {address: per_role[role] for role, address in roles(cluster).items()}

@@ -5,6 +5,11 @@ looper.py stream PORT [--spawn]  send 1000-byte messages to PORT until killed; p
                                  child process streams too, and is ready first)
 looper.py fixed PORT_A PORT_B    send exactly 3000 bytes to A and 1000 to B, print
                                  "ready PID", then wait for stdin to close
+looper.py schedule PORT_A PORT_B [--spawn]
+                                 run py_client's schedule once on a connection to each port
+                                 (a ScheduleServers pair), print "ready PID [CHILD_PID]",
+                                 then idle until stdin closes (--spawn: a child process does
+                                 the same first, and exits when this one does)
 """
 
 from __future__ import annotations
@@ -15,9 +20,27 @@ import socket
 import subprocess
 import sys
 
+import py_client  # the script's directory is on sys.path
+
 
 def main() -> int:
     mode, *args = sys.argv[1:]
+    if mode == "schedule":
+        ready = ["ready", str(os.getpid())]
+        if "--spawn" in args:
+            child = subprocess.Popen(
+                [sys.executable, __file__, "schedule", *args[:2]],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                text=True,
+            )
+            ready.append(child.stdout.readline().split()[1])
+        conns = [socket.create_connection(("127.0.0.1", int(p))) for p in args[:2]]
+        for conn in conns:
+            py_client.schedule(conn, "sendall")
+        print(*ready, flush=True)
+        sys.stdin.read()
+        return 0
     if mode == "fixed":
         a, b = (socket.create_connection(("127.0.0.1", int(p))) for p in args)
         a.sendall(b"a" * 3000)

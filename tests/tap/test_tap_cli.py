@@ -17,7 +17,20 @@ import pytest
 import ibverbs_tap
 from ibverbs_tap.profile import FILE_PREFIX, HEADER
 
-from .helpers import HERE, TAP_CSRC, SinkServer, cc, tap_cli, tap_popen
+from .helpers import (
+    ACK,
+    HERE,
+    REPS,
+    SIZES,
+    TAP_CSRC,
+    ScheduleServers,
+    SinkServer,
+    cc,
+    expected_rx,
+    expected_tx,
+    tap_cli,
+    tap_popen,
+)
 
 LOOPER = HERE / "looper.py"
 
@@ -36,7 +49,7 @@ def _stop(proc: subprocess.Popen[str], *pids: int) -> None:
     proc.wait(timeout=30)
 
 
-def test_profile_windows_report_bytes_and_rates(sink: SinkServer) -> None:
+def test_profile_windows_show_histograms_since_start_and_rates(sink: SinkServer) -> None:
     proc = tap_popen([sys.executable, LOOPER, "stream", str(sink.ports[0])])
     pid = int(proc.stdout.readline().split()[1])
     try:
@@ -47,22 +60,114 @@ def test_profile_windows_report_bytes_and_rates(sink: SinkServer) -> None:
     assert res.returncode == 0, res.stderr
     windows = [json.loads(line) for line in res.stdout.splitlines()]
     assert len(windows) == 2
+    tx = []
     for w in windows:
         assert 0.2 <= w["window"] < 5
         [p] = w["processes"]
         assert p["pid"] == pid and p["verbs_built"] and not p["verbs_seen"]
         [peer] = p["peers"]
-        assert peer["address"] == f"127.0.0.1:{sink.ports[0]}"
-        # Only this window's messages: all 1000 B (bucket 9), and there were some. Counts and
-        # bytes are separate lock-free counters read a moment apart, so a busy stream may
-        # tear by the few messages sent during the read (docs/profiler.md, Hot path).
+        assert peer["address"] == f"127.0.0.1:{sink.ports[0]}" and peer["role"] is None
+        # Everything since the start, all 1000 B (bucket 9). Counts and bytes are separate
+        # lock-free counters read a moment apart, so a busy stream may tear by the few
+        # messages sent during the read (docs/profiler.md, Hot path).
         [[bucket, count, nbytes]] = peer["tx"]["buckets"]
-        assert bucket == 9 and count > 0
+        assert bucket == 9 and count > 10
         assert abs(nbytes - 1000 * count) <= 1000 * 64
+        tx.append(peer["tx"])
+    # The second window's rate is the growth between the two snapshots.
+    assert tx[1]["count"] > tx[0]["count"]
+    grown = tx[1]["count"] - tx[0]["count"]
+    assert round(tx[1]["msgs_per_s"] * windows[1]["window"]) == grown
     assert text.returncode == 0, text.stderr
     assert f"pid {pid} " in text.stdout and f"tcp 127.0.0.1:{sink.ports[0]}: tx" in text.stdout
     assert "verbs: built, no device opened" in text.stdout
+    assert "rates over the last" in text.stdout
     assert "/s)" in text.stdout and "[512 B, 1.0 KiB)" in text.stdout
+
+
+def _buckets(direction: dict) -> list[tuple[int, int, int]]:
+    return [tuple(b) for b in direction["buckets"]]
+
+
+def test_profile_after_the_traffic_shows_exactly_what_was_sent(servers: ScheduleServers) -> None:
+    """Attached after the traffic: the histograms since the start, every message in its
+    bucket, and zero rates while the process idles."""
+    a, b = (f"127.0.0.1:{p}" for p in servers.ports)
+    proc = tap_popen([sys.executable, LOOPER, "schedule", *map(str, servers.ports)])
+    pid = proc.stdout.readline().split()[1]
+    try:
+        res = tap_cli("profile", pid, "--interval", "0.1", "--json")
+        now = tap_cli("profile", pid, "--interval", "0")
+    finally:
+        proc.stdin.close()
+        proc.wait(timeout=30)
+    assert res.returncode == 0, res.stderr
+    report = json.loads(res.stdout)
+    [p] = report["processes"]
+    assert [peer["address"] for peer in p["peers"]] == sorted([a, b])
+    for peer in p["peers"]:
+        assert _buckets(peer["tx"]) == expected_tx(1)
+        assert _buckets(peer["rx"]) == expected_rx(1)
+        assert peer["tx"]["bytes"] == REPS * sum(SIZES)
+        assert peer["tx"]["msgs_per_s"] == peer["rx"]["bytes_per_s"] == 0
+    assert now.returncode == 0, now.stderr
+    assert "rates" not in now.stdout and "/s)" not in now.stdout
+    assert f"tcp {a}: tx 10 msgs 148.6 KiB, rx 10 msgs 80 B" in now.stdout
+    rows = [" ".join(line.split()) for line in now.stdout.splitlines()]
+    assert "tx [64.0 KiB, 128.0 KiB) 2 msgs 136.7 KiB" in rows
+
+
+def test_profile_tree_sums_a_gang_labelled_by_role(servers: ScheduleServers) -> None:
+    """A process and its child, both worker1 of a TF cluster with two PS listening at the
+    servers' addresses: peers are ps0/ps1, ``--tree`` sums both processes per PS, and
+    ``skew`` finds the PS without being told."""
+    a, b = (f"127.0.0.1:{p}" for p in servers.ports)
+    cluster = {"chief": ["127.0.0.1:1"], "ps": [a, b], "worker": ["127.0.0.1:2", "127.0.0.1:3"]}
+    tf_config = json.dumps({"cluster": cluster, "task": {"type": "worker", "index": 1}})
+    env = {k: v for k, v in os.environ.items() if k != "TF_CONFIG"}
+    proc = tap_popen(
+        [sys.executable, LOOPER, "schedule", *map(str, servers.ports), "--spawn"],
+        env=dict(env, TF_CONFIG=tf_config),
+    )
+    _, pid, child = proc.stdout.readline().split()
+    try:
+        tree = tap_cli("profile", pid, "--tree", "--interval", "0", "--json", env=env)
+        text = tap_cli("profile", pid, "--tree", "--interval", "0", env=env)
+        alone = tap_cli("profile", pid, "--interval", "0", "--json", env=env)
+        skew = tap_cli("skew", pid, "--json", env=env)
+        skew_tree = tap_cli("skew", pid, "--tree", env=env)
+    finally:
+        proc.stdin.close()
+        proc.wait(timeout=30)
+    assert tree.returncode == 0, tree.stderr
+    report = json.loads(tree.stdout)
+    assert {p["pid"]: p["role"] for p in report["processes"]} == {
+        int(pid): "worker1",
+        int(child): "worker1",
+    }
+    total = report["total"]
+    assert sorted(total["pids"]) == sorted([int(pid), int(child)]) and total["untraced"] == []
+    assert [(peer["role"], peer["address"]) for peer in total["peers"]] == [
+        ("ps0", a),
+        ("ps1", b),
+    ]
+    for peer in total["peers"]:
+        assert _buckets(peer["tx"]) == expected_tx(2)
+        assert _buckets(peer["rx"]) == expected_rx(2)
+    assert f"ps0 tcp {a}: tx 20 msgs 297.3 KiB, rx 20 msgs 160 B" in text.stdout
+    assert f"pid {child} worker1 (ppid {pid})" in text.stdout
+    [one] = json.loads(alone.stdout)["processes"]
+    assert [peer["role"] for peer in one["peers"]] == ["ps0", "ps1"]
+    assert _buckets(one["peers"][0]["tx"]) == expected_tx(1)
+    per_ps = REPS * (sum(SIZES) + ACK * len(SIZES))
+    assert skew.returncode == 0, skew.stderr
+    assert json.loads(skew.stdout) == {
+        "bytes_per_ps": {"ps0": per_ps, "ps1": per_ps},
+        "addresses": {"ps0": a, "ps1": b},
+        "skew": 0.5,
+    }
+    assert skew_tree.returncode == 0, skew_tree.stderr
+    assert skew_tree.stdout.split()[:2] == ["ps0", a] and "S_J = 0.500" in skew_tree.stdout
 
 
 def test_profile_into_a_closed_pipe_exits_quietly(sink: SinkServer) -> None:
@@ -85,31 +190,18 @@ def test_profile_into_a_closed_pipe_exits_quietly(sink: SinkServer) -> None:
     assert out.returncode == 128 + signal.SIGPIPE and out.stderr == "", out.stderr
 
 
-def test_profile_tree_includes_traced_children(sink: SinkServer) -> None:
-    proc = tap_popen([sys.executable, LOOPER, "stream", str(sink.ports[0]), "--spawn"])
-    _, pid, child = (int(x) if x.isdigit() else x for x in proc.stdout.readline().split())
-    try:
-        res = tap_cli("profile", str(pid), "--interval", "0.2", "--tree", "--json")
-        alone = tap_cli("profile", str(pid), "--interval", "0.2", "--json")
-    finally:
-        _stop(proc, child)
-    assert res.returncode == 0, res.stderr
-    [window] = [json.loads(line) for line in res.stdout.splitlines()]
-    procs = {p["pid"]: p for p in window["processes"]}
-    assert set(procs) == {pid, child}
-    assert procs[child]["ppid"] == pid
-    assert all(p["peers"][0]["tx"]["bytes"] > 0 for p in procs.values())
-    assert [p["pid"] for p in json.loads(alone.stdout)["processes"]] == [pid]
-
-
 def test_profile_errors() -> None:
     untraced = tap_cli("profile", str(os.getpid()), "--interval", "0.01")
     assert untraced.returncode == 1
     assert f"process {os.getpid()} is not traced by ibverbs-tap" in untraced.stderr
     gone = tap_cli("profile", "4194999", "--interval", "0.01")
     assert gone.returncode == 1 and "process 4194999 does not exist" in gone.stderr
-    bad = tap_cli("profile", "1", "--interval", "0")
-    assert bad.returncode == 1 and "--interval must be positive" in bad.stderr
+    bad = tap_cli("profile", "1", "--interval", "-1")
+    assert bad.returncode == 2 and "--interval must be 0 (no rates) or positive" in bad.stderr
+    no_window = tap_cli("profile", "1", "--interval", "0", "--duration", "5")
+    assert (
+        no_window.returncode == 2 and "--duration needs a positive --interval" in no_window.stderr
+    )
 
 
 @pytest.mark.skipif(
@@ -190,12 +282,17 @@ def test_skew_from_pid_tf_config_and_dump(tmp_path: Path, sink: SinkServer) -> N
         env=dict(env, TF_CONFIG=tf_config),
     )
     pid = proc.stdout.readline().split()[1]
-    from_environ = tap_cli("skew", "--pid", pid, "--json", env=env)
-    explicit = tap_cli("skew", "--pid", pid, "--ps", b, a, env=env)
+    from_environ = tap_cli("skew", pid, "--json", env=env)
+    explicit = tap_cli("skew", pid, "--ps", b, a, env=env)
     proc.stdin.close()
     assert proc.wait(timeout=30) == 0
     assert from_environ.returncode == 0, from_environ.stderr
-    assert json.loads(from_environ.stdout) == {"bytes_per_ps": {a: 3000, b: 1000}, "skew": 0.75}
+    assert json.loads(from_environ.stdout) == {
+        "bytes_per_ps": {"ps0": 3000, "ps1": 1000},
+        "addresses": {"ps0": a, "ps1": b},
+        "skew": 0.75,
+    }
+    assert explicit.stdout.split()[:3] == ["ps0", b, "1000"]  # --ps order names the roles
     assert explicit.stdout.splitlines()[-1] == "S_J = 0.750"
     (tmp_path / "tf_config.json").write_text(tf_config)
     config_file = str(tmp_path / "tf_config.json")

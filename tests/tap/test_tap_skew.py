@@ -10,8 +10,8 @@ from hypothesis import strategies as st
 
 import ibverbs_tap
 from coordinator.service import profiler
-from ibverbs_tap import Peer, ProcessProfile
-from ibverbs_tap.profile import Histogram
+from ibverbs_tap import Peer, ProcessProfile, roles
+from ibverbs_tap.profile import Histogram, merge_peers
 from ibverbs_tap.skew import assign_tensors
 
 
@@ -111,3 +111,40 @@ def test_profiler_stage() -> None:
         tensor_bytes=sizes, num_ps=2, pids=[4194999], ps_addresses=["127.0.0.1:1"]
     ) == pytest.approx(5200 / 5203)
     assert profiler.job_skew() is None
+
+
+def test_roles_from_tf_config_and_gang_variables() -> None:
+    dense = {"cluster": {"ps": ["h:1", "h:2"], "worker": ["w:1"]}, "task": {"type": "ps"}}
+    assert roles.roles(roles.cluster_of(dense)) == {"ps0": "h:1", "ps1": "h:2", "worker0": "w:1"}
+    sparse = json.dumps({"cluster": {"worker": {"1": "w:2", "3": "w:4"}}})
+    assert roles.roles(roles.cluster_of(sparse)) == {"worker1": "w:2", "worker3": "w:4"}
+    for bad, msg in (
+        ("{nope", "not valid JSON"),
+        ('{"cluster": []}', "'cluster' object"),
+        ('{"cluster": {"ps": "h:1"}}', "neither a list nor an object"),
+        ('{"cluster": {"ps": [1]}}', "not a string"),
+    ):
+        with pytest.raises(ValueError, match=msg):
+            roles.cluster_of(bad)
+    tf = json.dumps({"cluster": {"chief": ["c:1"]}, "task": {"type": "chief", "index": 0}})
+    assert roles.own_role({"TF_CONFIG": tf, "TIRESIAS_ROLE": "worker"}) == "chief0"
+    gang = {"TIRESIAS_ROLE": "worker", "TIRESIAS_TASK_INDEX": "2", "TF_CONFIG": "{bad"}
+    assert roles.own_role(gang) == "worker2"
+    assert roles.own_role({}) is None
+
+
+def test_label_names_peers_at_task_addresses() -> None:
+    prof = _profile(("127.0.0.1", 2222, 30), ("127.0.0.1", 3333, 10), ("127.0.0.1", 4444, 99))
+    cluster = roles.cluster_of(
+        {"cluster": {"ps": ["localhost:2222"], "worker": ["127.0.0.1:3333", "nohost.invalid:1"]}}
+    )
+    with pytest.raises(ValueError, match=r"cannot resolve 'nohost\.invalid:1'"):
+        roles.role_endpoints(cluster, strict=True)
+    labelled = roles.label(prof, roles.role_endpoints(cluster))
+    assert [(p.port, p.role) for p in labelled.peers] == [
+        (2222, "ps0"),
+        (3333, "worker0"),
+        (4444, None),
+    ]
+    [merged] = merge_peers([labelled.peers[0], labelled.peers[0]])
+    assert merged.role == "ps0" and merged.tx.total_bytes == 60 and merged.tx.count == 2
