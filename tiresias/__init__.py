@@ -1,7 +1,7 @@
 """Public facade of the Tiresias job runtime (``import tiresias``).
 
-TensorFlow-backed names (``State``, ``preemptible``, ``strategy``) load on first use, so
-importing the facade stays cheap for processes that never train.
+``State``, ``preemptible`` (TensorFlow or PyTorch) and ``strategy`` (TensorFlow) load on
+first use, so importing the facade stays cheap for processes that never train.
 """
 
 from __future__ import annotations
@@ -12,11 +12,10 @@ from tiresias_launch import EXIT_CHECKPOINTED
 from tiresias_launch.runtime import get_runtime
 
 if TYPE_CHECKING:
-    from tiresias_launch.tensorflow import State, preemptible, strategy
+    from tiresias_launch.state import State, preemptible
+    from tiresias_launch.tensorflow import strategy
 
 __all__ = ["EXIT_CHECKPOINTED", "State", "get_runtime", "preemptible", "report", "strategy"]
-
-_LAZY = {"State", "preemptible", "strategy"}
 
 
 def report(**fields: Any) -> None:
@@ -29,8 +28,12 @@ def report(**fields: Any) -> None:
 
 
 def __getattr__(name: str) -> Any:
-    if name in _LAZY:
+    if name in ("State", "preemptible"):
+        from tiresias_launch import state
+
+        return getattr(state, name)
+    if name == "strategy":
         from tiresias_launch import tensorflow
 
-        return getattr(tensorflow, name)
+        return tensorflow.strategy
     raise AttributeError(f"module 'tiresias' has no attribute {name!r}")

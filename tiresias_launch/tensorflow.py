@@ -1,34 +1,24 @@
-"""TensorFlow adapter: ``strategy()``, ``State`` and ``@preemptible`` for custom loops.
+"""TensorFlow adapter: ``strategy()``, and the checkpointer behind ``tiresias.State`` (see
+``tiresias_launch.state``) and the Keras ``fit`` hook.
 
-A custom loop becomes preemptible with two added lines::
-
-    state = tiresias.State(model=model, optimizer=optimizer)   # restores if resuming
-    for step in state.steps(total_steps):                      # stops, saves, exits 75
-        train_step(batch(step))
-
-State is a ``tf.train.Checkpoint`` of the given trackables plus the step (the data position
-for step-indexed input; pass a ``tf.data`` iterator or ``tf.random.Generator`` as a
-trackable to checkpoint those too) and the Python/NumPy global RNG states.
+A TensorFlow State is a ``tf.train.Checkpoint`` of the given trackables plus the step (the
+data position for step-indexed input; pass a ``tf.data`` iterator or ``tf.random.Generator``
+as a trackable to checkpoint those too) and the Python/NumPy global RNG states.
 """
 
 from __future__ import annotations
 
-import functools
 import pickle
 import random
-import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, ParamSpec, TypeVar
+from typing import Any
 
 import numpy as np
 import tensorflow as tf
 
 from tiresias_launch.checkpoint import Checkpoint, describe_variables
 from tiresias_launch.runtime import Agreement, ReduceSum, Runtime, get_runtime
-
-P = ParamSpec("P")
-R = TypeVar("R")
 
 _strategy: tf.distribute.Strategy | None = None
 
@@ -175,6 +165,12 @@ class Checkpointer:
     def restore(self, rt: Runtime) -> Checkpoint | None:
         return rt.restore(self.described, self._read)
 
+    def join(self, rt: Runtime) -> None:
+        join_gang(rt, self.strategy)
+
+    def facts(self, num_ps: int) -> dict[str, Any]:
+        return tensor_facts(self.trainable, num_ps)
+
     def save(
         self,
         rt: Runtime,
@@ -207,64 +203,3 @@ class Checkpointer:
             rng = pickle.load(fh)
         random.setstate(rng["python"])
         np.random.set_state(rng["numpy"])
-
-
-class State:
-    """Checkpointable training state of one custom loop; restores itself on creation."""
-
-    _current: State | None = None
-
-    def __init__(self, **trackables: Any) -> None:
-        if not trackables:
-            raise ValueError("tiresias.State needs the objects to checkpoint, e.g. model=…")
-        self._rt = get_runtime()
-        self._checkpointer = Checkpointer(trackables)
-        join_gang(self._rt, self._checkpointer.strategy)
-        self.restored = self._checkpointer.restore(self._rt)
-        self.step = self.restored.manifest.step if self.restored else 0
-        self._rt.reporter.note(**tensor_facts(self._checkpointer.trainable, self._rt.env.num_ps))
-        State._current = self
-
-    @classmethod
-    def current(cls) -> State:
-        if cls._current is None:
-            raise RuntimeError("create tiresias.State(model=…, optimizer=…) before training")
-        return cls._current
-
-    def steps(self, total: int) -> Iterator[int]:
-        """Yield step numbers from the restored step up to ``total``; at a step boundary where
-        the gang agrees to stop, checkpoint and exit with EXIT_CHECKPOINTED."""
-        while self.step < total:
-            self.before_step()
-            before, t0 = self.step, time.perf_counter()
-            yield self.step
-            if self.step == before:  # not already counted by a @preemptible step function
-                self.after_step(time.perf_counter() - t0)
-
-    def before_step(self) -> None:
-        if self._rt.should_stop(self.step):
-            self._rt.stop(self.save)
-
-    def after_step(self, seconds: float) -> None:
-        self.step += 1
-        self._rt.step_done(self.step, seconds)
-
-    def save(self) -> Checkpoint | None:
-        """Write a checkpoint of the current step (the chief's copy is kept)."""
-        return self._checkpointer.save(self._rt, self.step, {"step": self.step})
-
-
-def preemptible(fn: Callable[P, R]) -> Callable[P, R]:
-    """Mark ``fn`` as one training step: each call is one step of the current State, with the
-    stop check before it and timing after it (for loops that do not use ``State.steps``)."""
-
-    @functools.wraps(fn)
-    def step(*args: P.args, **kwargs: P.kwargs) -> R:
-        state = State.current()
-        state.before_step()
-        t0 = time.perf_counter()
-        out = fn(*args, **kwargs)
-        state.after_step(time.perf_counter() - t0)
-        return out
-
-    return step

@@ -26,7 +26,8 @@ def tfm() -> SimpleNamespace:
     return SimpleNamespace(
         tf=pytest.importorskip("tensorflow"),
         keras=pytest.importorskip("keras"),
-        launch=pytest.importorskip("tiresias_launch.tensorflow"),
+        tf_launch=pytest.importorskip("tiresias_launch.tensorflow"),
+        launch=pytest.importorskip("tiresias_launch.state"),
     )
 
 

@@ -65,7 +65,7 @@ def _model_step_seconds(steps: int, rounds: int = 20) -> tuple[float, float]:
 
 def _boundary_seconds(steps: int) -> float:
     """Seconds per step of ``State.steps`` around an empty body: the runtime's own cost."""
-    from tiresias_launch.tensorflow import State
+    from tiresias_launch.state import State
 
     state = State.current()
     start = state.step

@@ -1,0 +1,115 @@
+"""``tiresias.State`` and ``@tiresias.preemptible``: a custom training loop becomes
+preemptible with two added lines, in TensorFlow or PyTorch::
+
+    state = tiresias.State(model=model, optimizer=optimizer)   # restores if resuming
+    for step in state.steps(total_steps):                      # stops, saves, exits 75
+        train_step(batch(step))
+
+The loop logic (stop checks at step boundaries, step timing, the step as data position) is
+the same for every framework; what is saved and how the gang agrees to stop belongs to the
+framework's checkpointer (``tiresias_launch.tensorflow.Checkpointer``,
+``tiresias_launch.torch.TorchCheckpointer``), chosen from the objects given.
+"""
+
+from __future__ import annotations
+
+import functools
+import sys
+import time
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any, ParamSpec, Protocol, TypeVar
+
+from tiresias_launch.checkpoint import Checkpoint
+from tiresias_launch.runtime import Runtime, get_runtime
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+class FrameworkCheckpointer(Protocol):
+    """What State needs from a framework: save and restore its objects, and make the stop
+    decision collective in multi-process gangs."""
+
+    def restore(self, rt: Runtime) -> Checkpoint | None: ...
+
+    def save(self, rt: Runtime, step: int, position: dict[str, Any]) -> Checkpoint | None: ...
+
+    def join(self, rt: Runtime) -> None: ...
+
+    def facts(self, num_ps: int) -> dict[str, Any]: ...
+
+
+def checkpointer_for(objects: Mapping[str, Any]) -> FrameworkCheckpointer:
+    """PyTorch's checkpointer when any object is a torch module or optimizer, else
+    TensorFlow's. Only a framework the script already imported is looked at."""
+    torch = sys.modules.get("torch")
+    if torch is not None and any(
+        isinstance(o, torch.nn.Module | torch.optim.Optimizer) for o in objects.values()
+    ):
+        from tiresias_launch.torch import TorchCheckpointer
+
+        return TorchCheckpointer(objects)
+    from tiresias_launch.tensorflow import Checkpointer
+
+    return Checkpointer(dict(objects))
+
+
+class State:
+    """Checkpointable training state of one custom loop; restores itself on creation."""
+
+    _current: State | None = None
+
+    def __init__(self, **objects: Any) -> None:
+        if not objects:
+            raise ValueError("tiresias.State needs the objects to checkpoint, e.g. model=…")
+        self._rt = get_runtime()
+        self._checkpointer = checkpointer_for(objects)
+        self._checkpointer.join(self._rt)
+        self.restored = self._checkpointer.restore(self._rt)
+        self.step = self.restored.manifest.step if self.restored else 0
+        self._rt.reporter.note(**self._checkpointer.facts(self._rt.env.num_ps))
+        State._current = self
+
+    @classmethod
+    def current(cls) -> State:
+        if cls._current is None:
+            raise RuntimeError("create tiresias.State(model=…, optimizer=…) before training")
+        return cls._current
+
+    def steps(self, total: int) -> Iterator[int]:
+        """Yield step numbers from the restored step up to ``total``; at a step boundary where
+        the gang agrees to stop, checkpoint and exit with EXIT_CHECKPOINTED."""
+        while self.step < total:
+            self.before_step()
+            before, t0 = self.step, time.perf_counter()
+            yield self.step
+            if self.step == before:  # not already counted by a @preemptible step function
+                self.after_step(time.perf_counter() - t0)
+
+    def before_step(self) -> None:
+        if self._rt.should_stop(self.step):
+            self._rt.stop(self.save)
+
+    def after_step(self, seconds: float) -> None:
+        self.step += 1
+        self._rt.step_done(self.step, seconds)
+
+    def save(self) -> Checkpoint | None:
+        """Write a checkpoint of the current step (the chief's copy is kept)."""
+        return self._checkpointer.save(self._rt, self.step, {"step": self.step})
+
+
+def preemptible(fn: Callable[P, R]) -> Callable[P, R]:
+    """Mark ``fn`` as one training step: each call is one step of the current State, with the
+    stop check before it and timing after it (for loops that do not use ``State.steps``)."""
+
+    @functools.wraps(fn)
+    def step(*args: P.args, **kwargs: P.kwargs) -> R:
+        state = State.current()
+        state.before_step()
+        t0 = time.perf_counter()
+        out = fn(*args, **kwargs)
+        state.after_step(time.perf_counter() - t0)
+        return out
+
+    return step
