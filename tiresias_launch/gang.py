@@ -1,7 +1,7 @@
 """Gang planning: turn a job request and its GPU allocation into the exact processes to spawn.
 
-The planner decides everything (roles, TF_CONFIG, ports, Horovod rendezvous) so that node
-agents only spawn what they are given. Scripts always start through
+The planner decides everything (roles, TF_CONFIG, ports, Horovod rendezvous, the variables
+``torchrun`` gives) so that node agents only spawn what they are given. Scripts always start through
 ``python -m tiresias_launch.exec`` so that unmodified Keras scripts become preemptible and
 Horovod rank 0 can host the Gloo rendezvous before the script runs.
 """
@@ -132,14 +132,16 @@ def plan(
 
     if request.mode == "single":
         node, gpu = slots[0]
-        return [spec(node, "chief", 0, script, (gpu,), {})]
+        [torchrun] = _torchrun(slots, hosts, ports, job_id, restart)
+        return [spec(node, "chief", 0, script, (gpu,), torchrun)]
 
     if request.mode == "horovod":
-        return _horovod(request, slots, hosts, ports, spec, script)
+        return _horovod(request, slots, hosts, ports, spec, script, job_id, restart)
 
     if request.mode == "allreduce":
         workers = [address(node) for node, _ in slots]
         cluster = {"worker": workers}
+        torchrun = _torchrun(slots, hosts, ports, job_id, restart)
         return [
             spec(
                 node,
@@ -147,7 +149,7 @@ def plan(
                 i,
                 script,
                 (gpu,),
-                {"TF_CONFIG": _tf_config(cluster, "worker", i)},
+                {"TF_CONFIG": _tf_config(cluster, "worker", i), **torchrun[i]},
             )
             for i, (node, gpu) in enumerate(slots)
         ]
@@ -179,6 +181,52 @@ def _tf_config(cluster: Mapping[str, list[str]], task_type: str, index: int) -> 
     return json.dumps({"cluster": cluster, "task": {"type": task_type, "index": index}})
 
 
+def _local_ranks(slots: list[tuple[str, int]]) -> tuple[list[str], list[int]]:
+    """The nodes in rank order of first appearance, and each rank's index on its node."""
+    nodes = list(dict.fromkeys(node for node, _ in slots))
+    seen: dict[str, int] = {}
+    local = []
+    for node, _ in slots:
+        local.append(seen.get(node, 0))
+        seen[node] = local[-1] + 1
+    return nodes, local
+
+
+def _torchrun(
+    slots: list[tuple[str, int]],
+    hosts: Mapping[str, str],
+    ports: PortSource,
+    job_id: str,
+    restart: int,
+) -> list[dict[str, str]]:
+    """What ``torchrun`` gives each rank, so ``init_process_group()`` with its defaults
+    works: rank 0's node hosts the store (MASTER_ADDR, MASTER_PORT)."""
+    nodes, local = _local_ranks(slots)
+    per_node = {n: sum(1 for m, _ in slots if m == n) for n in nodes}
+    master = slots[0][0]
+    common = {
+        "WORLD_SIZE": str(len(slots)),
+        "MASTER_ADDR": hosts.get(master, master),
+        "MASTER_PORT": str(ports(master)),
+        "GROUP_WORLD_SIZE": str(len(nodes)),
+        "ROLE_NAME": "default",
+        "ROLE_WORLD_SIZE": str(len(slots)),
+        "TORCHELASTIC_RUN_ID": job_id,
+        "TORCHELASTIC_RESTART_COUNT": str(restart),
+    }
+    return [
+        {
+            **common,
+            "RANK": str(rank),
+            "ROLE_RANK": str(rank),
+            "LOCAL_RANK": str(local[rank]),
+            "LOCAL_WORLD_SIZE": str(per_node[node]),
+            "GROUP_RANK": str(nodes.index(node)),
+        }
+        for rank, (node, _) in enumerate(slots)
+    ]
+
+
 def _horovod(
     request: GangRequest,
     slots: list[tuple[str, int]],
@@ -186,6 +234,8 @@ def _horovod(
     ports: PortSource,
     spec: Callable[..., ProcessSpec],
     script: tuple[str, ...],
+    job_id: str,
+    restart: int,
 ) -> list[ProcessSpec]:
     """Horovod ranks with the env ``horovod.runner.gloo_run`` would give them.
 
@@ -206,6 +256,7 @@ def _horovod(
         "HOROVOD_SIZE": str(len(slots)),
         E.HOROVOD_HOSTS: ",".join(f"{hosts.get(n, n)}:{len(per_node[n])}" for n in nodes),
     }
+    torchrun = _torchrun(slots, hosts, ports, job_id, restart)
     specs = []
     for rank, (node, gpu) in enumerate(slots):
         local_rank = per_node[node].index(gpu)
@@ -218,6 +269,7 @@ def _horovod(
             "HOROVOD_CROSS_RANK": str(peers.index(node)),
             "HOROVOD_CROSS_SIZE": str(len(peers)),
             "HOROVOD_HOSTNAME": hosts.get(node, node),
+            **torchrun[rank],
         }
         specs.append(spec(node, "chief" if rank == 0 else "worker", rank, script, (gpu,), extra))
     return specs

@@ -97,3 +97,36 @@ def test_inconsistent_request_is_refused() -> None:
         GangRequest(("t.py",), workers=2, ps=1, horovod=True)
     with pytest.raises(ValueError, match="at least one worker"):
         GangRequest(("t.py",), workers=0)
+
+
+def test_every_script_process_gets_what_torchrun_gives() -> None:
+    """``init_process_group()`` with its defaults (env://) works in every all-reduce shape."""
+    specs = plan(
+        GangRequest(("t.py",), workers=3),
+        "j9",
+        {"a": [0, 1], "b": [4]},
+        None,
+        "/ck",
+        1,
+        _ports(),
+        hosts={"a": "10.0.0.1", "b": "10.0.0.2"},
+    )
+    env = [p.env for p in specs]
+    assert [e["RANK"] for e in env] == ["0", "1", "2"]
+    assert [e["LOCAL_RANK"] for e in env] == ["0", "1", "0"]
+    assert [e["LOCAL_WORLD_SIZE"] for e in env] == ["2", "2", "1"]
+    assert [e["GROUP_RANK"] for e in env] == ["0", "0", "1"]
+    assert {e["WORLD_SIZE"] for e in env} == {"3"} and {e["GROUP_WORLD_SIZE"] for e in env} == {"2"}
+    assert {e["MASTER_ADDR"] for e in env} == {"10.0.0.1"}
+    [port] = {e["MASTER_PORT"] for e in env}  # one store, on rank 0's node, on its own port
+    tf_ports = {a.rsplit(":", 1)[1] for a in json.loads(env[0]["TF_CONFIG"])["cluster"]["worker"]}
+    assert port not in tf_ports
+    assert {e["TORCHELASTIC_RESTART_COUNT"] for e in env} == {"1"}
+    [single] = _plan(GangRequest(("t.py",)), {"n1": [3]})
+    assert (single.env["RANK"], single.env["WORLD_SIZE"], single.env["LOCAL_RANK"]) == (
+        "0",
+        "1",
+        "0",
+    )
+    horovod = _plan(GangRequest(("t.py",), workers=2, horovod=True), {"a": [0, 1]})
+    assert [p.env["RANK"] for p in horovod] == ["0", "1"]
