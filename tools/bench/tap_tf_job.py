@@ -6,6 +6,10 @@ profile and prints S_J next to the value predicted from the variable sizes; with
 only reports steps/s (tools/bench/tap_bench.py runs it both ways).
 
     ibverbs-tap run -- python tools/bench/tap_tf_job.py --steps 10 --out result.json
+
+With ``TF_CONFIG`` in its environment it serves that cluster's ``worker`` and ``ps`` tasks
+(so ``ibverbs-tap profile``/``skew`` can name its peers ps0, ps1 from /proc/PID/environ);
+``--hold`` keeps it alive after the results, until its stdin closes.
 """
 
 from __future__ import annotations
@@ -55,18 +59,26 @@ def _free_ports(n: int) -> list[int]:
     return ports
 
 
-def start_cluster(workers: int, ps: int) -> tuple[Any, list[str]]:
+def cluster_spec(workers: int, ps: int) -> dict[str, list[str]]:
+    """TF_CONFIG's worker and ps tasks if it has them, else free loopback ports."""
+    if "TF_CONFIG" in os.environ:
+        cluster = json.loads(os.environ["TF_CONFIG"])["cluster"]
+        return {"worker": list(cluster["worker"]), "ps": list(cluster["ps"])}
     ports = _free_ports(workers + ps)
-    spec = {
+    return {
         "worker": [f"127.0.0.1:{p}" for p in ports[:workers]],
         "ps": [f"127.0.0.1:{p}" for p in ports[workers:]],
     }
+
+
+def start_cluster(spec: dict[str, list[str]]) -> tuple[Any, list[str]]:
+    workers = len(spec["worker"])
     cluster = tf.train.ClusterSpec(spec)
     # In-process workers share one inter-op pool; with fewer cores than workers + 1 the
     # scheduled functions deadlock waiting for threads (the TF tutorial's setting).
     config = tf.compat.v1.ConfigProto(inter_op_parallelism_threads=workers + 1)
-    for job, n in (("worker", workers), ("ps", ps)):
-        for i in range(n):
+    for job in ("worker", "ps"):
+        for i in range(len(spec[job])):
             tf.distribute.Server(
                 cluster, job_name=job, task_index=i, config=config, protocol="grpc", start=True
             )
@@ -127,9 +139,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--models", default="vgg,resnet")
     parser.add_argument("--out", help="write the results as JSON")
+    parser.add_argument("--hold", action="store_true", help="after the results, wait for EOF")
     args = parser.parse_args(argv)
 
-    resolver, ps = start_cluster(workers=2, ps=2)
+    resolver, ps = start_cluster(cluster_spec(workers=2, ps=2))
     strategy = tf.distribute.ParameterServerStrategy(resolver)
     coordinator = tf.distribute.coordinator.ClusterCoordinator(strategy)
     results: dict[str, Any] = {
@@ -157,9 +170,15 @@ def main(argv: list[str] | None = None) -> int:
             f"measured {entry.get('measured_skew', float('nan')):.3f}",
             flush=True,
         )
+    final = _own_profile()
+    if final is not None:
+        results["bytes_per_ps"] = ibverbs_tap.bytes_per_ps([final], ps)  # since the start
     if args.out:
         with open(args.out, "w") as f:
             json.dump(results, f, indent=1)
+    if args.hold:
+        print("holding until stdin closes", flush=True)
+        sys.stdin.read()
     return 0
 
 
