@@ -77,6 +77,7 @@ JOB_COLUMNS: list[tuple[str, Callable]] = [
     ("SKEW", lambda j: _num(j["skew"])),
     ("PLACEMENT", lambda j: _placement(j["placement"])),
     ("RESTARTS", lambda j: j["restarts"]),
+    ("USER", lambda j: j.get("owner") or "-"),
     ("NAME", lambda j: j["name"]),
 ]
 
@@ -86,6 +87,7 @@ def format_job(j: dict[str, Any]) -> str:
     progress = j.get("progress") or {}
     lines = [
         f"job        {j['job_id']}  ({j['name']})",
+        f"owner      {j.get('owner') or '-'}",
         f"command    {' '.join(j['argv'])}",
         f"state      {j['state']}"
         + (f"  exit code {j['exit_code']}" if j.get("exit_code") is not None else ""),
@@ -334,13 +336,23 @@ def cmd_logs(client: Client, args: argparse.Namespace) -> int:
 
 
 def cmd_keys(args: argparse.Namespace) -> int:
-    directory = curve.generate(Path(args.dir))
-    print(
-        f"wrote CURVE keys to {directory}: start the coordinator with --curve-keys "
-        f"{directory}, and give clients and agents --curve-keys (or ${curve.KEYS_ENV}); "
-        f"authorize more client keys by copying their .key files into "
-        f"{curve.authorized_dir(directory)}"
-    )
+    if args.keys_command == "generate":
+        directory = curve.generate(Path(args.dir))
+        print(
+            f"wrote the server keypair to {directory}: start the coordinator with "
+            f"--curve-keys {directory}; give users and agents {directory / 'server.key'} "
+            f"(public), and let their keys in with `tiresias keys add-user/add-agent`"
+        )
+    elif args.keys_command == "init":
+        public = curve.init_client(
+            Path(args.dir) if args.dir else curve.user_dir(),
+            Path(args.server_key) if args.server_key else None,
+        )
+        print(f"your public key is {public}: send it to the operator to add")
+    else:
+        kind = curve.USERS if args.keys_command == "add-user" else curve.AGENTS
+        target = curve.add(Path(args.dir), kind, args.name, Path(args.public_key))
+        print(f"{args.name} may connect with the key in {target}")
     return 0
 
 
@@ -422,11 +434,18 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("job", help="a job id, e.g. j1")
     p.add_argument("-f", "--follow", action="store_true", help="keep printing until it ends")
     p.set_defaults(func=cmd_logs)
-    p = sub.add_parser("keys", help="CURVE keys")
+    p = sub.add_parser("keys", help="CURVE keys for tcp:// (docs/security.md)")
     ksub = p.add_subparsers(dest="keys_command", required=True)
-    g = ksub.add_parser("generate", help="write server/client keypairs into DIR")
-    g.add_argument("dir", help="directory to create (or add keys to)")
-    g.set_defaults(func=None)
+    g = ksub.add_parser("generate", help="operator: the server keypair in DIR")
+    g.add_argument("dir", help="directory to create (its users/ and agents/ list who may connect)")
+    g = ksub.add_parser("init", help="user or agent: your own keypair (made on first use anyway)")
+    g.add_argument("dir", nargs="?", help=f"default {curve.user_dir()}")
+    g.add_argument("--server-key", default=None, help="the coordinator's server.key to copy in")
+    for command, who in (("add-user", "user"), ("add-agent", "node")):
+        g = ksub.add_parser(command, help=f"operator: let a {who}'s public key in")
+        g.add_argument("dir", help="the directory of `keys generate`")
+        g.add_argument("name", help=f"the {who} name the key speaks for")
+        g.add_argument("public_key", help="its client.key file")
     return ap
 
 
@@ -440,14 +459,19 @@ def quiet_broken_pipe() -> int:
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     if args.command == "keys":
-        return cmd_keys(args)
+        try:
+            return cmd_keys(args)
+        except (OSError, ValueError) as e:
+            print(f"tiresias keys {args.keys_command}: {e}", file=sys.stderr)
+            return 2
     if args.command == "submit" and args.gpus is not None and args.workers not in (None, args.gpus):
         print(
             "tiresias submit: --gpus and --workers must agree (one GPU per worker)", file=sys.stderr
         )
         return 2
     try:
-        with Client(args.coordinator, client_keys(args.curve_keys), args.timeout) as client:
+        keys = client_keys(args.curve_keys, args.coordinator)
+        with Client(args.coordinator, keys, args.timeout) as client:
             return args.func(client, args)
     except BrokenPipeError:
         return quiet_broken_pipe()

@@ -100,6 +100,7 @@ SCHEMAS: dict[str, dict[str, Field]] = {
         "warmup": ((dict, None), False),
         "skew": ((*NUM, None), False),
         "tensor_bytes": ((list, None), False),
+        "token": OPT_STR,  # TIRESIAS_JOB_TOKEN: proves a runtime on an anonymous connection
     },
     # coordinator → agent (commands)
     "launch": {
@@ -107,6 +108,7 @@ SCHEMAS: dict[str, dict[str, Field]] = {
         "restart": REQ_INT,
         "processes": ((list,), True),
         "grace": ((*NUM,), True),
+        "owner": REQ_STR,  # the user the processes run as
     },
     "preempt": {
         "job_id": REQ_STR,

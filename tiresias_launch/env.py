@@ -27,9 +27,10 @@ PREEMPT_SIGNAL = "TIRESIAS_PREEMPT_SIGNAL"
 GPUS = "TIRESIAS_GPUS"
 KEEP_CHECKPOINTS = "TIRESIAS_KEEP_CHECKPOINTS"
 HOROVOD_HOSTS = "TIRESIAS_HOROVOD_HOSTS"
-CURVE_KEYS = "TIRESIAS_CURVE_KEYS"  # CURVE key directory when the coordinator requires keys
 #: Deterministic preemption for tests and demos: hold at this step until preempted.
 HOLD_AT_STEP = "TIRESIAS_HOLD_AT_STEP"
+JOB_TOKEN = "TIRESIAS_JOB_TOKEN"  # the job's secret; reports carry it (docs/security.md)
+SERVER_KEY = "TIRESIAS_SERVER_KEY"  # the coordinator's CURVE public key (Z85), over tcp://
 
 ROLES = ("chief", "worker", "ps")
 MODES = ("single", "ps", "allreduce", "horovod")
@@ -58,8 +59,9 @@ class LaunchEnv:
     gpus: int
     keep_checkpoints: int
     tf_config: Mapping[str, object] | None
-    curve_keys: Path | None = None
     hold_at_step: int | None = None
+    token: str | None = None
+    server_key: str | None = None
 
     @property
     def is_chief(self) -> bool:
@@ -164,6 +166,7 @@ def parse(env: Mapping[str, str] | None = None) -> LaunchEnv:
         gpus=_int(env, GPUS, 0),
         keep_checkpoints=_int(env, KEEP_CHECKPOINTS, 3, minimum=1),
         tf_config=_tf_config(env),
-        curve_keys=Path(env[CURVE_KEYS]) if env.get(CURVE_KEYS) else None,
         hold_at_step=_int(env, HOLD_AT_STEP, 0, minimum=1) or None,
+        token=env.get(JOB_TOKEN) or None,
+        server_key=env.get(SERVER_KEY) or None,
     )

@@ -104,9 +104,9 @@ def parser() -> argparse.ArgumentParser:
     )
     ap.add_argument(
         "--bind",
-        default="tcp://127.0.0.1:*",
-        help="embedded mode: the coordinator's address, for `tiresias --coordinator` "
-        "(default: a free loopback port)",
+        default=None,
+        help="embedded mode: the coordinator's ipc:// address, for `tiresias --coordinator` "
+        "(default: ipc://STATE/coordinator.sock)",
     )
     ap.add_argument(
         "--policy",
@@ -214,11 +214,13 @@ def main(argv: list[str] | None = None) -> int:
                     file=sys.stderr,
                 )
                 return 2
+            state = args.state.resolve()
             opts = Options(
-                bind=args.bind,
-                state=args.state.resolve(),
+                bind=args.bind or f"ipc://{state}/coordinator.sock",
+                state=state,
                 grace=args.grace,
                 policy=args.policy,
+                allow_root_jobs=True,  # your own coordinator runs your job as you, root or not
             )
             if args.thresholds is not None:
                 opts.thresholds = args.thresholds
@@ -226,7 +228,7 @@ def main(argv: list[str] | None = None) -> int:
             address = embedded.address
         else:
             address = args.coordinator
-        with Client(address, client_keys(args.curve_keys)) as client:
+        with Client(address, client_keys(args.curve_keys, address)) as client:
             return run_job(client, args)
     except BrokenPipeError:
         return quiet_broken_pipe()

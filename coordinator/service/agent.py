@@ -14,6 +14,7 @@ import ctypes
 import itertools
 import logging
 import os
+import pwd
 import signal
 import socket
 import subprocess
@@ -30,8 +31,10 @@ import zmq
 from coordinator import protocol
 from coordinator.service.client import ADDRESS_ENV as COORDINATOR_ENV
 from coordinator.service.client import client_keys, dealer, default_address
+from coordinator.service.identity import user_name
 from coordinator.service.keys import KEYS_ENV, ClientKeys
 from tiresias_launch import EXIT_CHECKPOINTED
+from tiresias_launch.env import CHECKPOINT_DIR, SERVER_KEY
 
 log = logging.getLogger("tiresias.agent")
 
@@ -108,6 +111,42 @@ def _die_with_agent() -> None:
     dies, since a restarted agent cannot adopt it and the coordinator resumes it elsewhere."""
     os.setsid()
     _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+@dataclass(frozen=True)
+class RunAs:
+    """The OS user a job's processes become (``Popen`` sets groups, gid, then uid)."""
+
+    name: str
+    uid: int
+    gid: int
+    groups: list[int]
+    home: str
+
+
+def run_as(owner: str) -> RunAs | None:
+    """Credentials for ``owner``'s processes; None when that is the agent's own user.
+    Raises ValueError when this agent cannot run them as their owner."""
+    me = os.geteuid()
+    if owner == user_name(me):
+        return None
+    try:
+        pw = pwd.getpwnam(owner)
+    except KeyError:
+        raise ValueError(f"user {owner!r} does not exist on this node") from None
+    if pw.pw_uid == me:
+        return None
+    if me != 0:
+        raise ValueError(
+            f"this agent runs as {user_name(me)!r} and cannot run jobs of {owner!r} as their "
+            f"owner (run the agent as root)"
+        )
+    return RunAs(owner, pw.pw_uid, pw.pw_gid, os.getgrouplist(owner, pw.pw_gid), pw.pw_dir)
+
+
+def _private_file(path: Path) -> int:
+    """An append-only descriptor of ``path``, created 0600 (logs hold what jobs print)."""
+    return os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
 
 
 def log_tail(path: Path, limit: int = LOG_TAIL_BYTES) -> str:
@@ -189,7 +228,6 @@ class Agent:
         name: str | None = None,
         workdir: Path | None = None,
         keys: ClientKeys | None = None,
-        keys_dir: str | None = None,
         heartbeat: float = 1.0,
         host: str | None = None,
     ) -> None:
@@ -199,7 +237,6 @@ class Agent:
         self.host = host or self.name
         self.workdir = (workdir or Path.cwd() / "tiresias-agent" / self.name).resolve()
         self.keys = keys
-        self.keys_dir = keys_dir
         self.heartbeat = heartbeat
         self.stop = threading.Event()
         self.parts: dict[str, Part] = {}
@@ -244,7 +281,8 @@ class Agent:
 
     # --- loop -------------------------------------------------------------------------
     def run(self) -> None:
-        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.workdir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        self.workdir.chmod(0o700)  # job logs: for the owner, through the coordinator
         self._connect()
         try:
             while not self.stop.is_set():
@@ -395,26 +433,35 @@ class Agent:
         for p in old.alive if old is not None else ():  # a stale run must not linger
             p.signal(signal.SIGKILL)
         logdir = self.workdir / "logs" / job_id
-        procs = [self._spawn(job_id, restart, logdir, spec) for spec in msg["processes"]]
+        procs = [
+            self._spawn(job_id, restart, logdir, spec, msg["owner"]) for spec in msg["processes"]
+        ]
         self.parts[job_id] = Part(job_id, restart, procs)
         log.info("launched job %s restart %d: %d processes", job_id, restart, len(procs))
 
-    def _spawn(self, job_id: str, restart: int, logdir: Path, spec: dict[str, Any]) -> Proc:
-        """Start one process; one that cannot start (full disk, bad cwd, missing program)
-        is a process that exited 127, with the reason as its log tail."""
+    def _spawn(
+        self, job_id: str, restart: int, logdir: Path, spec: dict[str, Any], owner: str
+    ) -> Proc:
+        """Start one process as ``owner``; one that cannot start (full disk, bad cwd, missing
+        program, unknown owner) is a process that exited 127, with the reason as its log
+        tail."""
         path = logdir / f"{spec['role']}-{spec['task_index']}.log"
         env = {**os.environ, **spec["env"]}
         env["CUDA_VISIBLE_DEVICES"] = spec["env"].get(
             "CUDA_VISIBLE_DEVICES", ",".join(map(str, spec["gpus"]))
         )
         env[COORDINATOR_ENV] = self.coordinator  # the route this node knows works
-        if self.keys_dir:
-            env[KEYS_ENV] = self.keys_dir
+        if self.keys is not None:  # the runtime reports with its job's token over CURVE
+            env[SERVER_KEY] = self.keys.server_public.decode()
         try:
-            logdir.mkdir(parents=True, exist_ok=True)
-            with path.open("ab") as out:
+            logdir.mkdir(mode=0o700, parents=True, exist_ok=True)
+            with open(_private_file(path), "ab") as out:
                 out.write(f"=== {job_id} restart {restart} on {self.name} ===\n".encode())
                 out.flush()
+                user = run_as(owner)
+                if user is not None:
+                    env |= {"HOME": user.home, "USER": user.name, "LOGNAME": user.name}
+                    self._checkpoint_dir_for(user, spec["env"].get(CHECKPOINT_DIR))
                 popen = subprocess.Popen(
                     spec["argv"],
                     env=env,
@@ -422,15 +469,27 @@ class Agent:
                     stdout=out,
                     stderr=subprocess.STDOUT,
                     stdin=subprocess.DEVNULL,
-                    preexec_fn=_die_with_agent,
+                    preexec_fn=_die_with_agent,  # runs after the uid change (PDEATHSIG)
+                    user=None if user is None else user.uid,
+                    group=None if user is None else user.gid,
+                    extra_groups=None if user is None else user.groups,
                 )
         except (OSError, ValueError, subprocess.SubprocessError) as e:
             note = f"tiresias-agent: cannot start {spec['argv'][:1]} on {self.name}: {e}"
             log.error("job %s: %s", job_id, note)
-            with contextlib.suppress(OSError), path.open("ab") as out:
+            with contextlib.suppress(OSError), open(_private_file(path), "ab") as out:
                 out.write(f"{note}\n".encode())
             return Proc(spec["role"], spec["task_index"], None, path, note=note)
         return Proc(spec["role"], spec["task_index"], popen, path)
+
+    @staticmethod
+    def _checkpoint_dir_for(owner: RunAs, directory: str | None) -> None:
+        """The job's checkpoint directory, made and handed to its owner (the root above it
+        is the operator's)."""
+        if directory:
+            path = Path(directory)
+            path.mkdir(mode=0o700, parents=True, exist_ok=True)
+            os.chown(path, owner.uid, owner.gid)
 
     def _part(self, msg: dict[str, Any]) -> Part | None:
         part = self.parts.get(msg["job_id"])
@@ -527,20 +586,10 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     try:
         gpus = discover_gpus(args.gpus)
-        keys = client_keys(args.curve_keys)
+        keys = client_keys(args.curve_keys, args.coordinator)
     except (ValueError, OSError) as e:
         ap.error(str(e))
-    keys_dir = args.curve_keys or os.environ.get(KEYS_ENV)
-    agent = Agent(
-        args.coordinator,
-        gpus,
-        args.name,
-        args.workdir,
-        keys,
-        str(Path(keys_dir).resolve()) if keys_dir else None,
-        args.heartbeat,
-        args.host,
-    )
+    agent = Agent(args.coordinator, gpus, args.name, args.workdir, keys, args.heartbeat, args.host)
     signal.signal(signal.SIGTERM, lambda *_: agent.stop.set())
     with contextlib.suppress(KeyboardInterrupt):
         agent.run()

@@ -14,9 +14,10 @@ from typing import Any
 import zmq
 
 from coordinator import protocol
-from coordinator.service.keys import KEYS_ENV, ClientKeys
+from coordinator.service.keys import KEYS_ENV, ClientKeys, user_dir
 
-DEFAULT_ADDRESS = "tcp://127.0.0.1:5555"
+#: On one machine: a Unix socket, whose peers the coordinator knows by uid (docs/security.md).
+DEFAULT_ADDRESS = "ipc:///run/tiresias/coordinator.sock"
 ADDRESS_ENV = "TIRESIAS_COORDINATOR"
 
 
@@ -28,9 +29,12 @@ def default_address() -> str:
     return os.environ.get(ADDRESS_ENV) or DEFAULT_ADDRESS
 
 
-def client_keys(directory: str | Path | None) -> ClientKeys | None:
-    """Keys from ``directory``, else from $TIRESIAS_CURVE_KEYS, else none (plain TCP)."""
+def client_keys(directory: str | Path | None, address: str | None = None) -> ClientKeys | None:
+    """Keys from ``directory``, else from $TIRESIAS_CURVE_KEYS, else, for a tcp:// address,
+    the user's own (made on first use); none for ipc://, where the uid is the identity."""
     directory = directory or os.environ.get(KEYS_ENV)
+    if not directory and (address or default_address()).startswith("tcp://"):
+        directory = user_dir()
     return ClientKeys.load(Path(directory)) if directory else None
 
 

@@ -10,10 +10,13 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import hmac
 import itertools
 import json
 import logging
+import os
 import random
+import secrets
 import signal
 import sqlite3
 import sys
@@ -26,7 +29,6 @@ from pathlib import Path
 from typing import Any
 
 import zmq
-import zmq.auth.thread
 
 from coordinator import protocol
 from coordinator.core.config import DEFAULT_QUEUE_THRESHOLDS
@@ -44,9 +46,10 @@ from coordinator.core.packlimit import PACKED, SPREAD, PackLimit
 from coordinator.core.placement import DEFAULT_PACKLIMIT, PLACEMENT_NAMES
 from coordinator.core.policies import POLICY_NAMES
 from coordinator.core.scheduler import Scheduler
+from coordinator.service import identity, profiler
 from coordinator.service import keys as curve
-from coordinator.service import profiler
 from coordinator.service.agent import SETTLE
+from coordinator.service.client import DEFAULT_ADDRESS
 from coordinator.service.core_adapter import (
     apply_event,
     build_scheduler,
@@ -57,6 +60,7 @@ from coordinator.service.metrics import Metrics
 from coordinator.service.store import Store
 from coordinator.service.views import job_view, node_view
 from tiresias_launch import EXIT_CHECKPOINTED
+from tiresias_launch.env import JOB_TOKEN
 from tiresias_launch.gang import GangRequest, free_local_port, plan
 
 log = logging.getLogger("tiresias.coordinator")
@@ -76,13 +80,16 @@ MAX_JOB_SIZE = 1024
 PORT_RANGE = 10000
 #: Hosts that mean "this machine": a job's ports there are checked free with the OS.
 LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
+#: Who may send what (docs/security.md); ``report`` is checked per job (owner or job token).
+CLIENT_REQUESTS = frozenset({"submit", "status", "queue", "nodes", "cancel", "logs", "advance"})
+AGENT_MESSAGES = frozenset({"register", "heartbeat", "exited", "log_data"})
 
 
 @dataclass
 class Options:
     """Everything ``tiresias-coordinator`` can be told; tests build it directly."""
 
-    bind: str = "tcp://127.0.0.1:5555"
+    bind: str = DEFAULT_ADDRESS
     state: Path = Path("tiresias-state")
     policy: str = "tiresias-l"
     placement: str | None = None  # None: the policy's default placement
@@ -98,6 +105,10 @@ class Options:
     metrics_port: int | None = None
     metrics_addr: str = "127.0.0.1"
     curve_keys: Path | None = None
+    #: Users who may act on every job (root always may).
+    admins: frozenset[str] = frozenset()
+    #: Whether jobs of root (uid 0) are accepted; off, they are refused at submit.
+    allow_root_jobs: bool = False
     manual_clock: bool = False
     port_base: int = 30000
     snapshot_every: int = 500
@@ -142,7 +153,9 @@ class Coordinator:
         # options are checked (by building the scheduler) before the state directory exists,
         # so a refused start leaves nothing behind
         fresh = build_scheduler(opts)
+        identity.check_bind(opts.bind, opts.curve_keys is not None)
         self.store = Store(opts.state)
+        self._peer = identity.NOBODY  # who sent the message being handled
         self.stop = threading.Event()
         self.ready = threading.Event()
         self._outbox: list[tuple[str, bytes]] = []  # (node, frame) sent after commit
@@ -297,14 +310,22 @@ class Coordinator:
         self.sock.linger = 0
         self.sock.setsockopt(zmq.MAXMSGSIZE, protocol.SOCKET_MAX_BYTES)
         self.sock.setsockopt(zmq.ROUTER_MANDATORY, 0)
+        socket_path = identity.ipc_path(self.opts.bind)
+        if socket_path is not None:
+            _socket_dir(Path(socket_path).parent)
         if self.opts.curve_keys is not None:
-            auth = zmq.auth.thread.ThreadAuthenticator(ctx)
-            auth.start()
-            auth.configure_curve(
-                domain="*", location=str(curve.authorized_dir(self.opts.curve_keys))
-            )
             curve.apply_server(self.sock, self.opts.curve_keys)
-        self.sock.bind(self.opts.bind)
+            auth = curve.Authenticator(ctx, self.opts.curve_keys)
+            auth.start()
+        try:
+            self.sock.bind(self.opts.bind)
+        except zmq.ZMQError:
+            if auth is not None:
+                auth.stop()
+            raise
+        if socket_path is not None:  # every local user may connect: the uid says who it is
+            os.chmod(socket_path, 0o777)
+        self._peer_of = identity.curve_peer if socket_path is None else identity.ipc_peer
         self.address = self.sock.getsockopt_string(zmq.LAST_ENDPOINT)
         if self.opts.metrics_port is not None:
             where = f"{self.opts.metrics_addr}:{self.opts.metrics_port}"
@@ -324,17 +345,18 @@ class Coordinator:
                 if self.sock.poll(self._poll_ms()):
                     for _ in range(1000):  # drain a burst, then schedule once
                         try:
-                            rid, *frames = self.sock.recv_multipart(zmq.NOBLOCK)
+                            rid, *frames = self.sock.recv_multipart(zmq.NOBLOCK, copy=False)
                         except zmq.Again:
                             break
                         if len(frames) != 1:
                             self._refuse(
-                                rid,
-                                protocol.request_id(frames[0]) if frames else None,
+                                rid.bytes,
+                                protocol.request_id(frames[0].bytes) if frames else None,
                                 f"a message is one frame; got {len(frames)}",
                             )
                             continue
-                        self._on_frame(rid, frames[0])
+                        self._peer = self._peer_of(frames[0], self.opts.admins)
+                        self._on_frame(rid.bytes, frames[0].bytes)
                 try:
                     self._timers()
                 except sqlite3.Error as e:
@@ -428,6 +450,7 @@ class Coordinator:
                 **req.get("env", {}),
                 **s.env,
                 "TIRESIAS_PREEMPT_SIGNAL": self.opts.preempt_signal,
+                JOB_TOKEN: req.get("token", ""),
             }
             by_node.setdefault(s.node, []).append(
                 {
@@ -441,7 +464,12 @@ class Coordinator:
             )
         return {
             node: protocol.encode(
-                "launch", job_id=job_id, restart=restart, processes=procs, grace=self.opts.grace
+                "launch",
+                job_id=job_id,
+                restart=restart,
+                processes=procs,
+                grace=self.opts.grace,
+                owner=req.get("owner", ""),
             )
             for node, procs in by_node.items()
         }
@@ -645,6 +673,10 @@ class Coordinator:
         if handler is None:
             self._refuse(rid, msg.get("id"), f"{t}: not a message the coordinator accepts")
             return
+        denied = self._authorize(t, msg)
+        if denied is not None:
+            self._refuse(rid, msg.get("id"), denied)
+            return
         self.metrics.count(t)
         if self.disk_error is not None and t in CHANGES:
             self._refuse(rid, msg.get("id"), f"{t}: {self.disk_error}")
@@ -682,6 +714,32 @@ class Coordinator:
             raise protocol.ProtocolError(f"{t}: unknown job id {job_id!r}")
         return rec
 
+    def _authorize(self, t: str, msg: dict[str, Any]) -> str | None:
+        """Why the sender may not send this message, or None when it may."""
+        peer = self._peer
+        if t in CLIENT_REQUESTS and peer.user is None:
+            return f"{t}: {peer.describe()} may not make requests (docs/security.md)"
+        if t == "advance" and not peer.admin:
+            return f"advance: only an admin may move the clock, not {peer.describe()}"
+        if t in AGENT_MESSAGES and peer.node not in (identity.ANY_NODE, msg["node"]):
+            return f"{t}: {peer.describe()} may not speak for node {msg['node']!r}"
+        return None
+
+    def _may_manage(self, rec: dict[str, Any]) -> bool:
+        """Whether the sender owns the job or is an admin."""
+        owner = rec["request"].get("owner")
+        return self._peer.admin or (owner is not None and self._peer.user == owner)
+
+    def _owned(self, t: str, job_id: str, what: str) -> dict[str, Any]:
+        """The job's record, if the sender may ``what`` it."""
+        rec = self._record(t, job_id)
+        if not self._may_manage(rec):
+            raise protocol.ProtocolError(
+                f"{t}: job {job_id} belongs to {rec['request'].get('owner')!r}; only its owner "
+                f"or an admin may {what}"
+            )
+        return rec
+
     def _agent(self, rid: bytes, t: str, node: str) -> None:
         """Refuse agent messages from a connection that has not registered as ``node``."""
         if self.nodes_by_route.get(rid) != node:
@@ -710,6 +768,13 @@ class Coordinator:
                     f"submit: '{what}' is {msg[what]}, over this coordinator's limit of {cap} "
                     f"per job (tiresias-coordinator --max-job-size)"
                 )
+        owner = self._peer.user
+        assert owner is not None  # _authorize
+        if identity.is_root_user(owner) and not self.opts.allow_root_jobs:
+            raise protocol.ProtocolError(
+                "submit: jobs do not run as root here; submit as an unprivileged user (an "
+                "admin may start the coordinator with --allow-root-jobs)"
+            )
         job_id = f"j{self.next_job}"
         now = self.clock.now()
         spec = {
@@ -725,9 +790,11 @@ class Coordinator:
             for k in ("argv", "workers", "ps", "horovod", "cwd", "env", "name", "key")
             if msg.get(k) is not None
         }
-        done = self.submit_keys.get((request.get("owner"), request.get("key")))
+        request["owner"] = owner
+        done = self.submit_keys.get((owner, request.get("key")))
         if done is not None:  # a retry of a submit whose reply was lost: the same job
             return {"job_id": done, "duplicate": True}
+        request["token"] = secrets.token_urlsafe(24)  # for the job's runtime (report)
         self._check_deliverable(request)
         with self._atomic():
             try:
@@ -748,12 +815,12 @@ class Coordinator:
         if "key" in request:
             self.submit_keys[(request.get("owner"), request["key"])] = job_id
         self._dirty = True
-        log.info("submitted %s: %s", job_id, " ".join(msg["argv"])[:200])
+        log.info("submitted %s for %s: %s", job_id, owner, " ".join(msg["argv"])[:200])
         return {"job_id": job_id}
 
     def _on_cancel(self, rid: bytes, msg: dict[str, Any]) -> dict[str, Any]:
         job_id = msg["job_id"]
-        self._record("cancel", job_id)
+        self._owned("cancel", job_id, "cancel it")
         with self._atomic():
             decisions = self._core("cancel", job_id=job_id, now=self.clock.now())
             self._act(decisions)
@@ -855,7 +922,7 @@ class Coordinator:
         return {"now": self.clock.now()}
 
     def _on_logs(self, rid: bytes, msg: dict[str, Any]) -> None:
-        rec = self._record("logs", msg["job_id"])
+        rec = self._owned("logs", msg["job_id"], "read its logs")
         req = next(self._fetch_ids)
         offsets = msg.get("offsets") or {}
         nodes = [n for n in rec.get("nodes_ever", []) if n in self.routes]
@@ -890,8 +957,8 @@ class Coordinator:
     def _on_log_data(self, rid: bytes, msg: dict[str, Any]) -> None:
         self._agent(rid, "log_data", msg["node"])
         fetch = self._fetches.get(msg["req"])
-        if fetch is None:
-            return
+        if fetch is None or msg["node"] not in fetch.waiting:
+            return  # late, or not asked: never a part of another node's answer
         for name, data in msg["files"].items():
             fetch.files[f"{msg['node']}/{name}"] = data
         fetch.waiting.discard(msg["node"])
@@ -966,6 +1033,13 @@ class Coordinator:
     def _on_report(self, rid: bytes, msg: dict[str, Any]) -> None:
         job_id = msg["job_id"]
         rec = self._record("report", job_id)
+        token = rec["request"].get("token", "").encode()
+        offered = (msg.get("token") or "").encode()
+        if not (self._may_manage(rec) or (token and hmac.compare_digest(token, offered))):
+            raise protocol.ProtocolError(
+                f"report: {self._peer.describe()} may not report on job {job_id} (it is not "
+                f"the owner and has not the job's token)"
+            )
         progress = rec.setdefault("progress", {})
         for k in ("step", "iterations", "iter_time", "gpu_time", "checkpoint", "warmup"):
             if msg.get(k) is not None:
@@ -997,7 +1071,14 @@ class Coordinator:
             key=lambda j: self.sched.policy.key(j, now),
         )
         ranks = {j.job_id: i for i, j in enumerate(active, 1)}
-        return [job_view(j, self.records.get(j.job_id, {}), now, ranks.get(j.job_id)) for j in jobs]
+        views = []
+        for j in jobs:
+            rec = self.records.get(j.job_id, {"request": {}})
+            view = job_view(j, rec, now, ranks.get(j.job_id))
+            if not self._may_manage(rec):
+                view["log_tail"] = None  # log content is the owner's
+            views.append(view)
+        return views
 
     def _update_gauges(self) -> None:
         queues: dict[int, int] = {}
@@ -1038,6 +1119,18 @@ def _fit(view: dict[str, Any], budget: int) -> dict[str, Any]:
     }
 
 
+def _socket_dir(directory: Path) -> None:
+    """Make the directory of an ipc:// socket, and refuse one where others could replace
+    the socket with their own."""
+    directory.mkdir(mode=0o711, parents=True, exist_ok=True)
+    st = directory.stat()
+    if st.st_uid not in (0, os.geteuid()) or st.st_mode & 0o022:
+        raise ValueError(
+            f"socket directory {directory} is writable by other users, who could replace the "
+            f"socket; use a directory only you (or root) may write"
+        )
+
+
 def _pending(run: dict[str, Any], node: str) -> bool:
     """Whether ``node``'s part of ``run`` has not ended yet."""
     return node in run["parts"] and run["parts"][node] is None
@@ -1053,7 +1146,12 @@ def comma_floats(text: str) -> list[float]:
 
 def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="tiresias-coordinator", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--bind", default=Options.bind, help="ZeroMQ address (default %(default)s)")
+    ap.add_argument(
+        "--bind",
+        default=Options.bind,
+        help="ipc://PATH (one machine: users known by uid) or tcp://HOST:PORT (needs "
+        "--curve-keys) (default %(default)s)",
+    )
     ap.add_argument(
         "--state",
         type=Path,
@@ -1147,8 +1245,20 @@ def parser() -> argparse.ArgumentParser:
         "--curve-keys",
         type=Path,
         default=None,
-        help="CURVE key directory from `tiresias keys generate`; only keys in "
-        "DIR/authorized may connect",
+        help="CURVE key directory from `tiresias keys generate` (required for tcp://): "
+        "users/NAME.key and agents/NAME.key say who each key is",
+    )
+    ap.add_argument(
+        "--admin",
+        action="append",
+        default=[],
+        metavar="USER",
+        help="a user who may cancel and read every job (root always may); repeatable",
+    )
+    ap.add_argument(
+        "--allow-root-jobs",
+        action="store_true",
+        help="accept jobs from root, which then run as root (refused by default)",
     )
     ap.add_argument(
         "--manual-clock",
@@ -1197,6 +1307,8 @@ def options(args: argparse.Namespace) -> Options:
         metrics_port=args.metrics_port,
         metrics_addr=args.metrics_addr,
         curve_keys=args.curve_keys,
+        admins=frozenset(args.admin),
+        allow_root_jobs=args.allow_root_jobs,
         manual_clock=args.manual_clock,
         port_base=args.port_base,
         snapshot_every=args.snapshot_every,
@@ -1220,7 +1332,7 @@ def main(argv: list[str] | None = None) -> int:
     except zmq.ZMQError as e:
         print(f"tiresias-coordinator: cannot serve on {args.bind}: {e}", file=sys.stderr)
         return 2
-    except OSError as e:  # the metrics port is taken, CURVE key files are missing
+    except (OSError, ValueError) as e:  # metrics port taken, key files or socket dir wrong
         print(f"tiresias-coordinator: {e}", file=sys.stderr)
         return 2
     return 0

@@ -11,6 +11,7 @@ one twice.
 from __future__ import annotations
 
 import contextlib
+import os
 import sqlite3
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -35,6 +36,17 @@ CREATE TABLE IF NOT EXISTS decisions (n INTEGER PRIMARY KEY AUTOINCREMENT, time 
 """
 
 
+def private(path: Path) -> None:
+    """Create ``path`` as 0600 before anything is written to it (the journal holds jobs'
+    environments), or tighten an older one. SQLite gives its -wal and -shm files the
+    database's mode."""
+    if not path.exists():
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT, 0o600))
+    for p in (path, path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm")):
+        if p.exists() and p.stat().st_mode & 0o077:
+            p.chmod(0o600)
+
+
 def _pack(value: Any) -> bytes:
     return msgpack.packb(value, use_bin_type=True)
 
@@ -47,8 +59,11 @@ class Store:
     """One coordinator's state directory. Not thread-safe: the event loop owns it."""
 
     def __init__(self, directory: Path) -> None:
-        directory.mkdir(parents=True, exist_ok=True)
+        # 0711: job processes of other users may pass through to STATE/checkpoints/JOB (which
+        # the agent makes theirs), but not list or read anything here
+        directory.mkdir(mode=0o711, parents=True, exist_ok=True)
         self.path = directory / "coordinator.sqlite"
+        private(self.path)
         # built on one thread, then owned by the event loop's thread (embedded tiresias-run)
         self.db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
         self.db.execute("PRAGMA journal_mode=WAL")

@@ -18,6 +18,7 @@ def job_view(job: Job, rec: dict[str, Any], now: float, rank: int | None) -> dic
         "job_id": job.job_id,
         "name": req.get("name") or Path(req.get("argv", [""])[0]).name,
         "argv": req.get("argv", []),
+        "owner": req.get("owner"),
         "state": job.state.value,
         "queue": job.queue,
         "priority": rank,

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import FAKE_JOB, REPO, free_port, wait_until
+from helpers import FAKE_JOB, REPO, wait_until
 
 from coordinator.service.client import Client
 
@@ -87,8 +87,8 @@ def embedded_run(tmp_path: Path) -> Iterator[StartRun]:
     def start(hold_at: int, *job: str) -> EmbeddedRun:
         """``tiresias-run [scheduler options] *job`` holding at step ``hold_at``, with its
         output in files."""
-        address = f"tcp://127.0.0.1:{free_port()}"
         state = tmp_path / "state"
+        address = f"ipc://{state}/coordinator.sock"
         out, err = tmp_path / "tiresias-run.out", tmp_path / "tiresias-run.err"
         with out.open("wb") as stdout, err.open("wb") as stderr:
             proc = subprocess.Popen(

@@ -42,11 +42,15 @@ def in_process_coordinator(options: Options) -> Iterator[Coordinator]:
 class Cluster:
     """Coordinator and agents as real processes; everything they start dies with them."""
 
-    def __init__(self, tmp: Path, bind_host: str = "127.0.0.1") -> None:
+    def __init__(self, tmp: Path, bind_host: str | None = None) -> None:
+        """On a Unix socket in ``tmp`` (users known by uid), or on ``bind_host`` over TCP,
+        which needs CURVE (``keys``, ``server_keys``)."""
         self.tmp = tmp
-        self.port = free_port()
-        self.bind_host = bind_host
-        self.address = f"tcp://{bind_host}:{self.port}"
+        self.address = (
+            f"ipc://{tmp}/coordinator.sock"
+            if bind_host is None
+            else f"tcp://{bind_host}:{free_port()}"
+        )
         self.state = tmp / "state"
         self.coordinator: subprocess.Popen[bytes] | None = None
         self.coordinator_args: list[str] = []
@@ -65,9 +69,10 @@ class Cluster:
                 "-m",
                 "coordinator.service.coordinator",
                 "--bind",
-                f"tcp://{self.bind_host}:{self.port}",
+                self.address,
                 "--state",
                 str(self.state),
+                "--allow-root-jobs",  # the tests run as root
                 *self.coordinator_args,
             ],
             stdout=log,
@@ -122,7 +127,7 @@ class Cluster:
     @property
     def client(self) -> Client:
         if self._client is None:
-            self._client = Client(self.address, client_keys(self.keys), timeout=5)
+            self._client = Client(self.address, client_keys(self.keys, self.address), timeout=5)
         return self._client
 
     def reset_client(self) -> None:
@@ -198,7 +203,7 @@ class FakeCoordinator:
     """A ROUTER speaking the coordinator's side to one real agent process."""
 
     def __init__(self, tmp: Path) -> None:
-        self.sock = self._bind("tcp://127.0.0.1:*")
+        self.sock = self._bind(f"ipc://{tmp}/fake-coordinator.sock")
         self.address = self.sock.getsockopt_string(zmq.LAST_ENDPOINT)
         self.workdir = tmp / "agent"
         self.log = tmp / "agent.log"

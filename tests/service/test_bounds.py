@@ -5,6 +5,7 @@ down. Bad input is refused where it enters, with an error naming the problem; wh
 from __future__ import annotations
 
 import math
+import os
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,6 +18,7 @@ import zmq
 from coordinator import protocol
 from coordinator.service.client import Client, RequestError
 from coordinator.service.coordinator import Coordinator, Options
+from coordinator.service.identity import user_name
 
 from .conftest import FakeCoordinator, in_process_coordinator, wait_until
 
@@ -71,7 +73,9 @@ def test_edge_refuses_with_the_reason(frame: bytes, problem: str) -> None:
 
 @pytest.fixture
 def coord(tmp_path: Path) -> Iterator[Coordinator]:
-    options = Options(bind="tcp://127.0.0.1:*", state=tmp_path, max_job_size=64)
+    options = Options(
+        bind=f"ipc://{tmp_path}/c.sock", state=tmp_path, max_job_size=64, allow_root_jobs=True
+    )
     with in_process_coordinator(options) as c:
         yield c
 
@@ -159,6 +163,7 @@ def test_a_failing_exit_is_applied_all_or_nothing(
 def _launch(job_id: str, **spec: Any) -> bytes:
     process = {"role": "chief", "task_index": 0, "argv": ["/bin/true"], "env": {}, "gpus": [0]}
     fields = {"job_id": job_id, "restart": 0, "processes": [{**process, **spec}], "grace": 1}
+    fields["owner"] = user_name(os.geteuid())  # the agent's own user: no uid change
     return msgpack.packb({"type": "launch", "v": 1, **fields}, use_bin_type=True)
 
 

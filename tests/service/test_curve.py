@@ -1,71 +1,148 @@
-"""CURVE: with keys configured, only clients and agents holding an authorized key get in."""
+"""CURVE over tcp://: one key per user and per agent, filed by the operator under the name it
+speaks for. Unknown keys and plain connections get nowhere; an agent speaks only for its own
+node; a job's runtime reports with its job's token."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
+from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
-import zmq.auth
+import zmq
 
+from coordinator import protocol
 from coordinator.service.client import Client, RequestError
-from coordinator.service.keys import KEYS_ENV, ClientKeys
+from coordinator.service.keys import ClientKeys
 
 from .conftest import Cluster, wait_until
 
 
-def test_curve_refuses_unauthorized_clients_and_agents(cluster: Cluster) -> None:
-    keys = cluster.tmp / "keys"
+def keys(*args: str) -> str:
     out = subprocess.run(
-        [sys.executable, "-m", "coordinator.cli", "keys", "generate", str(keys)],
+        [sys.executable, "-m", "coordinator.cli", "keys", *args],
         capture_output=True,
         text=True,
         check=True,
     )
-    assert "wrote CURVE keys" in out.stdout
-    cluster.keys = keys
-    cluster.start_coordinator("--curve-keys", str(keys))
+    return out.stdout
 
-    with Client(cluster.address, ClientKeys.load(keys), timeout=5) as good:
-        assert good.request("nodes")["nodes"] == []
+
+def member(operator: Path, home: Path, kind: str, name: str) -> Path:
+    """A client key directory whose key the operator files as user/agent ``name``."""
+    keys("init", str(home), "--server-key", str(operator / "server.key"))
+    assert (home / "client.key_secret").stat().st_mode & 0o077 == 0
+    keys(f"add-{kind}", str(operator), name, str(home / "client.key"))
+    return home
+
+
+@pytest.fixture
+def curve_cluster(tmp_path: Path) -> Iterator[tuple[Cluster, Path]]:
+    """A coordinator on TCP with CURVE, and the operator's key directory; the test's client
+    is user root."""
+    cluster = Cluster(tmp_path, bind_host="127.0.0.1")
+    operator = tmp_path / "operator"
+    assert "server keypair" in keys("generate", str(operator))
+    cluster.keys = member(operator, tmp_path / "root-keys", "user", "root")
+    cluster.env["TIRESIAS_CURVE_KEYS"] = str(cluster.keys)  # for `tiresias submit`
+    try:
+        cluster.start_coordinator("--curve-keys", str(operator))
+        yield cluster, operator
+    finally:
+        cluster.close()
+
+
+def raw(cluster: Cluster, key_dir: Path | None, msg_type: str, **fields: object) -> dict:
+    """One request on a fresh connection with the keys in ``key_dir`` (None: a throwaway
+    keypair the operator never filed); the reply, which must come."""
+    if key_dir is None:
+        public, secret = zmq.curve_keypair()
+        assert cluster.keys is not None
+        server = ClientKeys.load(cluster.keys).server_public
+        client_keys = ClientKeys(public, secret, server)
+    else:
+        client_keys = ClientKeys.load(key_dir)
+    sock = zmq.Context.instance().socket(zmq.DEALER)
+    sock.linger = 0
+    client_keys.apply(sock)
+    sock.connect(cluster.address)
+    try:
+        sock.send(protocol.encode(msg_type, id=1, **fields))
+        assert sock.poll(5000), f"no reply to {msg_type}"
+        return protocol.decode(sock.recv())
+    finally:
+        sock.close()
+
+
+def test_keys_say_who_connects(curve_cluster: tuple[Cluster, Path], tmp_path: Path) -> None:
+    cluster, operator = curve_cluster
+    assert cluster.client.request("nodes")["nodes"] == []
     with Client(cluster.address, None, timeout=1.5) as plain, pytest.raises(RequestError):
-        plain.request("nodes")
-    # a well-formed keypair the coordinator has never authorized
-    rogue_dir = cluster.tmp / "rogue"
-    rogue_dir.mkdir()
-    _public, secret = zmq.auth.create_certificates(str(rogue_dir), "client")
-    rogue = ClientKeys(*zmq.auth.load_certificate(secret), ClientKeys.load(keys).server_public)
-    with Client(cluster.address, rogue, timeout=1.5) as c, pytest.raises(RequestError):
-        c.request("nodes")
+        plain.request("nodes")  # no CURVE at all: the handshake never completes
+    unknown = raw(cluster, None, "nodes")
+    assert unknown["type"] == "error" and "unauthenticated" in unknown["error"]
 
-    cluster.start_agent("intruder", 1)  # no keys
-    cluster.start_agent("member", 1, "--curve-keys", str(keys))
+    agent_keys = member(operator, tmp_path / "agent-keys", "agent", "member")
+    rogue_keys = tmp_path / "rogue-keys"
+    keys("init", str(rogue_keys), "--server-key", str(operator / "server.key"))
+    cluster.start_agent("member", 1, "--curve-keys", str(agent_keys))
+    cluster.start_agent("impostor", 1, "--curve-keys", str(agent_keys))  # member's key
+    cluster.start_agent("rogue", 1, "--curve-keys", str(rogue_keys))  # a key nobody filed
     cluster.wait_nodes("member")
-    cli = subprocess.run(
+    register = {"gpus": [{"index": 0}], "running": []}
+    for key_dir, node in ((rogue_keys, "rogue"), (agent_keys, "impostor"), (None, "x")):
+        reply = raw(cluster, key_dir, "register", node=node, **register)
+        assert reply["type"] == "error" and f"may not speak for node '{node}'" in reply["error"]
+    # a user's key is not an agent's
+    reply = raw(cluster, cluster.keys, "register", node="member", **register)
+    assert reply["type"] == "error" and "user 'root' may not speak" in reply["error"]
+
+    job = cluster.submit("--steps", "100000", "--step-time", "0.05")
+    wait_until(
+        lambda: cluster.job(job)["progress"].get("step"),
+        30,
+        "the job's runtime to report through CURVE with its token",
+    )
+    names = {n["name"] for n in cluster.client.request("nodes")["nodes"]}
+    assert names == {"member"}
+    assert cluster.agents["rogue"].poll() is None  # it keeps knocking, unheard
+
+    # nobody but the job itself (by its token), its owner or an admin reports on it
+    for token in (None, "guess"):
+        fields = {"job_id": job, "step": 10**9} | ({"token": token} if token else {})
+        assert raw(cluster, None, "report", **fields)["type"] == "error"
+    # an agent may not end a job on a node not its own, and its own node never ran it
+    exited = {"job_id": job, "restart": 0, "outcome": "completed", "processes": []}
+    spare = member(operator, tmp_path / "spare-keys", "agent", "spare")
+    reply = raw(cluster, spare, "exited", node="member", **exited)
+    assert reply["type"] == "error" and "may not speak for node 'member'" in reply["error"]
+    # a user other than the owner may look, not touch
+    bob = member(operator, tmp_path / "bob-keys", "user", "bob")
+    reply = raw(cluster, bob, "cancel", job_id=job)
+    assert reply["type"] == "error" and "belongs to 'root'" in reply["error"]
+    reply = raw(cluster, bob, "logs", job_id=job)
+    assert reply["type"] == "error" and "belongs to 'root'" in reply["error"]
+    assert raw(cluster, bob, "status", job_id=job)["job"]["owner"] == "root"
+    assert cluster.state_of(job) == "running"
+    assert cluster.job(job)["progress"]["step"] < 10**9
+    assert cluster.client.request("cancel", job_id=job)["state"] in ("preempting", "cancelled")
+    wait_until(lambda: cluster.state_of(job) == "cancelled", 20, "the owner's cancel")
+
+
+def test_tcp_without_curve_is_refused(tmp_path: Path) -> None:
+    out = subprocess.run(
         [
             sys.executable,
             "-m",
-            "coordinator.cli",
-            "nodes",
-            "--json",
-            "--coordinator",
-            cluster.address,
-            "--curve-keys",
-            str(keys),
+            "coordinator.service.coordinator",
+            "--bind",
+            "tcp://127.0.0.1:5599",
+            "--state",
+            str(tmp_path / "s"),
         ],
         capture_output=True,
         text=True,
-        check=True,
+        timeout=60,
     )
-    assert '"member"' in cli.stdout and "intruder" not in cli.stdout
-    assert cluster.agents["intruder"].poll() is None  # it keeps knocking, unheard
-
-    # a job's runtime reports through the same keys (the agent hands it the key directory)
-    cluster.env[KEYS_ENV] = str(keys)  # for `tiresias submit`
-    job = cluster.submit("--steps", "5", "--step-time", "0.05")
-    wait_until(lambda: cluster.state_of(job) == "completed", 30, "the keyed job to complete")
-    wait_until(
-        lambda: cluster.job(job)["progress"].get("iterations", 0) > 0,
-        10,
-        "the job's progress reports to arrive through CURVE",
-    )
+    assert out.returncode == 2 and "plain TCP carries no identity" in out.stderr

@@ -27,7 +27,7 @@ ARG = "a" * 1000  # ~1.2 MB of views in all: over one message on purpose
 @pytest.fixture(scope="module")
 def crowded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Coordinator, float]]:
     state = tmp_path_factory.mktemp("listing")
-    options = Options(bind="tcp://127.0.0.1:*", state=Path(state))
+    options = Options(bind=f"ipc://{state}/c.sock", state=Path(state), allow_root_jobs=True)
     with in_process_coordinator(options) as coord, Client(coord.address, timeout=10) as c:
         agent = ScriptedAgent(coord.address, "n1", 1)
         for _ in range(JOBS):

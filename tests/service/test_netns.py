@@ -1,6 +1,7 @@
 """Multi-host: agents in their own network namespaces (veth pairs on a private bridge, 10.x
 addresses that exist only inside this test) reach the coordinator, run one job across both
-"hosts", and the job's reports and logs travel back. Without root it runs on loopback."""
+"hosts", and the job's reports and logs travel back, all over CURVE with a key per user and
+per agent. Without root it runs on loopback."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from .conftest import Cluster, wait_until
+from .test_curve import keys, member
 
 
 def _ip(*args: str) -> None:
@@ -63,10 +65,17 @@ def test_job_across_two_hosts(
 ) -> None:
     bind, prefixes, addresses = hosts
     cluster = Cluster(tmp_path, bind_host=bind)
+    operator = tmp_path / "operator"
+    keys("generate", str(operator))
+    cluster.keys = member(operator, tmp_path / "user", "user", "root")
+    cluster.env["TIRESIAS_CURVE_KEYS"] = str(cluster.keys)
     try:
-        cluster.start_coordinator("--heartbeat-timeout", "5")
+        cluster.start_coordinator("--heartbeat-timeout", "5", "--curve-keys", str(operator))
         for node, prefix in prefixes.items():
-            cluster.start_agent(node, 1, "--host", addresses[node], prefix=prefix)
+            node_keys = member(operator, tmp_path / f"agent-{node}", "agent", node)
+            cluster.start_agent(
+                node, 1, "--host", addresses[node], "--curve-keys", str(node_keys), prefix=prefix
+            )
         cluster.wait_nodes("a", "b")
         nodes = {n["name"]: n["host"] for n in cluster.client.request("nodes")["nodes"]}
         assert nodes == addresses

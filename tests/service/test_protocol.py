@@ -99,7 +99,12 @@ def test_roundtrip_of_a_valid_message() -> None:
 @pytest.fixture(scope="module")
 def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Coordinator]:
     state = tmp_path_factory.mktemp("fuzz")
-    options = Options(bind="tcp://127.0.0.1:*", state=Path(state), metrics_port=free_port())
+    options = Options(
+        bind=f"ipc://{state}/c.sock",
+        state=Path(state),
+        metrics_port=free_port(),
+        allow_root_jobs=True,
+    )
     with in_process_coordinator(options) as coord:
         yield coord
 
@@ -129,7 +134,15 @@ def test_errors_are_replied_and_counted(live: Coordinator) -> None:
     reply = _exchange(
         live,
         msgpack.packb(
-            {"type": "launch", "v": 1, "job_id": "j", "restart": 0, "processes": [], "grace": 1}
+            {
+                "type": "launch",
+                "v": 1,
+                "job_id": "j",
+                "restart": 0,
+                "processes": [],
+                "grace": 1,
+                "owner": "u",
+            }
         ),
     )
     assert reply is not None and "not a message the coordinator accepts" in reply["error"]
@@ -246,7 +259,7 @@ def test_jobs_on_this_machine_get_ports_the_os_says_are_free(
         taken.listen()
         held = taken.getsockname()[1]
         monkeypatch.setattr(coordinator_module, "PORT_RANGE", 1)  # the range is just `held`
-        opts = Options(bind=f"tcp://127.0.0.1:{free_port()}", state=tmp_path / "s")
+        opts = Options(bind=f"ipc://{tmp_path}/c.sock", state=tmp_path / "s")
         opts.port_base = held
         with in_process_coordinator(opts) as coord:
             coord.hosts.update({"local": "127.0.0.1", "far": "10.9.9.9"})

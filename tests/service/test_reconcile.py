@@ -66,7 +66,9 @@ class ScriptedAgent:
 
 @pytest.fixture
 def coord(tmp_path: Path) -> Iterator[Coordinator]:
-    options = Options(bind="tcp://127.0.0.1:*", state=tmp_path, heartbeat_timeout=30)
+    options = Options(
+        bind=f"ipc://{tmp_path}/c.sock", state=tmp_path, heartbeat_timeout=30, allow_root_jobs=True
+    )
     with in_process_coordinator(options) as c:
         yield c
 
@@ -115,7 +117,7 @@ def test_learned_packlimit_is_journaled_and_snapshotted() -> None:
 
 
 def test_restart_with_other_scheduler_options_is_refused(tmp_path: Path) -> None:
-    first = Options(bind="tcp://127.0.0.1:*", state=tmp_path, thresholds=[100.0])
+    first = Options(bind=f"ipc://{tmp_path}/c.sock", state=tmp_path, thresholds=[100.0])
     with in_process_coordinator(first) as c:
         ScriptedAgent(c.address, "n1", 1).close()  # journals the node: now there is history
     with pytest.raises(ValueError, match=r"created with thresholds=\[100.0\].*\[200.0\]"):

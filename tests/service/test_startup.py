@@ -12,6 +12,7 @@ import pytest
 
 from coordinator.core.model import CoreError
 from coordinator.service.coordinator import Coordinator, Options
+from coordinator.service.keys import generate
 
 
 def test_bad_options_create_nothing_and_a_good_start_follows(tmp_path: Path) -> None:
@@ -44,17 +45,18 @@ def test_refused_command_line_then_a_good_start(tmp_path: Path) -> None:
     assert not state.exists()
     # a good start on the same directory gets as far as serving: it fails only on the bind
     taken = subprocess.run(
-        [*base, "--policy", "las", "--bind", "tcp://256.0.0.1:1"],
+        [*base, "--policy", "las", "--bind", "ipc:///" + "x" * 200],
         capture_output=True,
         text=True,
         timeout=60,
     )
     assert "was created with" not in taken.stderr
-    assert "cannot serve on tcp://256.0.0.1:1" in taken.stderr and taken.returncode == 2
+    assert "cannot serve on ipc:///xxx" in taken.stderr and taken.returncode == 2
 
 
 def test_taken_ports_and_missing_keys_are_one_line_errors(tmp_path: Path) -> None:
     base = [sys.executable, "-m", "coordinator.service.coordinator", "--state", str(tmp_path)]
+    keys = generate(tmp_path / "keys")
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
@@ -63,10 +65,12 @@ def test_taken_ports_and_missing_keys_are_one_line_errors(tmp_path: Path) -> Non
             f"cannot serve on tcp://127.0.0.1:{port}: Address already in use": [
                 "--bind",
                 f"tcp://127.0.0.1:{port}",
+                "--curve-keys",
+                str(keys),
             ],
             f"cannot serve metrics on 127.0.0.1:{port}: Address already in use": [
                 "--bind",
-                "tcp://127.0.0.1:*",
+                f"ipc://{tmp_path}/c.sock",
                 "--metrics-port",
                 str(port),
             ],

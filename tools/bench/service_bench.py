@@ -83,9 +83,9 @@ def _reports_seen(metrics_port: int) -> float:
 
 
 def bench_messages(senders: int, messages: int) -> dict[str, float]:
-    port, metrics_port = _free_port(), _free_port()
-    address = f"tcp://127.0.0.1:{port}"
+    metrics_port = _free_port()
     with tempfile.TemporaryDirectory() as state:
+        address = f"ipc://{state}/coordinator.sock"
         coord = subprocess.Popen(
             [
                 sys.executable,
@@ -97,6 +97,7 @@ def bench_messages(senders: int, messages: int) -> dict[str, float]:
                 state,
                 "--metrics-port",
                 str(metrics_port),
+                "--allow-root-jobs",
             ],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
