@@ -98,6 +98,7 @@ class Runtime:
         self._warmup: dict[str, float] | None = None
         self._steps = 0
         self._step_seconds = 0.0
+        self._at_next_step: list[Callable[[], None]] = []
 
     def install_signal_handlers(self) -> None:
         """(Re)claim the preemption signals. Called again once the framework is up because
@@ -129,8 +130,16 @@ class Runtime:
         self._step_seconds += seconds
         self.reporter.step_done(step, seconds)
 
+    def at_next_step(self, fn: Callable[[], None]) -> None:
+        """Run ``fn`` once, at the next step boundary (before the stop check): for restores
+        that must happen after the script's own set-up, such as RNG states a data loader's
+        first iteration would otherwise draw from."""
+        self._at_next_step.append(fn)
+
     def should_stop(self, step: int) -> bool:
         """Whether to stop before running step ``step``; identical on every rank."""
+        while self._at_next_step:
+            self._at_next_step.pop(0)()
         if step == self.env.hold_at_step and (self.restored_step or 0) < step:
             self._hold_until_preempted(step)
         if self.agreement is None:

@@ -5,9 +5,16 @@ preemptible with two added lines, in TensorFlow or PyTorch::
     for step in state.steps(total_steps):                      # stops, saves, exits 75
         train_step(batch(step))
 
-The loop logic (stop checks at step boundaries, step timing, the step as data position) is
-the same for every framework; what is saved and how the gang agrees to stop belongs to the
-framework's checkpointer (``tiresias_launch.tensorflow.Checkpointer``,
+An epoch loop over a PyTorch ``DataLoader`` resumes mid-epoch when the loader is given::
+
+    state = tiresias.State(model=model, optimizer=optimizer, loader=loader)
+    for epoch in state.epochs(num_epochs):   # from the interrupted epoch on
+        for x, y in loader:                  # a resumed epoch yields only its unseen batches
+            train_step(x, y)                 # decorated with @tiresias.preemptible
+
+The loop logic (stop checks at step boundaries, step timing, the step, epoch and batch as the
+data position) is the same for every framework; what is saved and how the gang agrees to
+stop belongs to the framework's checkpointer (``tiresias_launch.tensorflow.Checkpointer``,
 ``tiresias_launch.torch.TorchCheckpointer``), chosen from the objects given.
 """
 
@@ -38,6 +45,8 @@ class FrameworkCheckpointer(Protocol):
 
     def facts(self, num_ps: int) -> dict[str, Any]: ...
 
+    def begin_epoch(self, epoch: int, skip_batches: int) -> None: ...
+
 
 def checkpointer_for(objects: Mapping[str, Any]) -> FrameworkCheckpointer:
     """PyTorch's checkpointer when any object is a torch module or optimizer, else
@@ -67,6 +76,9 @@ class State:
         self._checkpointer.join(self._rt)
         self.restored = self._checkpointer.restore(self._rt)
         self.step = self.restored.manifest.step if self.restored else 0
+        position = self.restored.manifest.position if self.restored else {}
+        self.epoch = int(position.get("epoch", 0))
+        self._epoch_start = self.step - int(position.get("batch", 0))
         self._rt.reporter.note(**self._checkpointer.facts(self._rt.env.num_ps))
         State._current = self
 
@@ -86,6 +98,16 @@ class State:
             if self.step == before:  # not already counted by a @preemptible step function
                 self.after_step(time.perf_counter() - t0)
 
+    def epochs(self, total: int) -> Iterator[int]:
+        """Yield epoch numbers from the restored one up to ``total``. Each epoch starts the
+        given loader's epoch (``set_epoch``); the interrupted epoch skips the batches it
+        trained before the preemption, so every sample is seen once per epoch."""
+        while self.epoch < total:
+            self._checkpointer.begin_epoch(self.epoch, self.step - self._epoch_start)
+            yield self.epoch
+            self.epoch += 1
+            self._epoch_start = self.step
+
     def before_step(self) -> None:
         if self._rt.should_stop(self.step):
             self._rt.stop(self.save)
@@ -96,7 +118,8 @@ class State:
 
     def save(self) -> Checkpoint | None:
         """Write a checkpoint of the current step (the chief's copy is kept)."""
-        return self._checkpointer.save(self._rt, self.step, {"step": self.step})
+        position = {"step": self.step, "epoch": self.epoch, "batch": self.step - self._epoch_start}
+        return self._checkpointer.save(self._rt, self.step, position)
 
 
 def preemptible(fn: Callable[P, R]) -> Callable[P, R]:

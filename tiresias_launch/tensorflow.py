@@ -171,6 +171,9 @@ class Checkpointer:
     def facts(self, num_ps: int) -> dict[str, Any]:
         return tensor_facts(self.trainable, num_ps)
 
+    def begin_epoch(self, epoch: int, skip_batches: int) -> None:
+        """Nothing to do: TensorFlow input is step-indexed or a checkpointed iterator."""
+
     def save(
         self,
         rt: Runtime,

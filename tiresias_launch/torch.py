@@ -2,17 +2,20 @@
 
 A PyTorch State saves every object given (model, optimizer, LR scheduler, ``GradScaler``, or
 anything else with ``state_dict``/``load_state_dict``) into one ``torch.save`` file, with the
-step (the data position for step-indexed input) and the torch, CUDA, NumPy and Python RNG
-states, through the runtime's atomic checkpoint store. Only the chief writes; every rank
-restores before its first step. In a multi-process gang (``torch.distributed`` initialised,
-as ``init_process_group()`` does from the environment ``tiresias-run`` gives) the ranks agree
-on the stop step through one tiny all-reduce.
+step, epoch and batch (the data position) and the torch, CUDA, NumPy and Python RNG states,
+through the runtime's atomic checkpoint store. A ``DataLoader`` given as ``loader=`` is not
+saved but resumed: ``State.epochs`` sets its sampler's epoch (``DistributedSampler``) and
+makes the interrupted epoch skip, by index, the batches it already trained. Only the chief
+writes; every rank restores before its first step. In a multi-process gang
+(``torch.distributed`` initialised, as ``init_process_group()`` does from the environment
+``tiresias-run`` gives) the ranks agree on the stop step through one tiny all-reduce.
 """
 
 from __future__ import annotations
 
+import itertools
 import random
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +33,24 @@ def _module(model: torch.nn.Module) -> torch.nn.Module:
     """The model inside a DistributedDataParallel (or DataParallel) wrapper."""
     inner = getattr(model, "module", None)
     return inner if isinstance(inner, torch.nn.Module) else model
+
+
+def _skip_next_pass(sampler: Any, items: int) -> None:
+    """Make the next pass of a loader's (batch) sampler skip its first ``items``, so the
+    loader never even loads the batches a resumed epoch already trained on. The sampler's
+    class is swapped for a subclass (same layout: no new slots) with a skipping iterator."""
+    cls = type(sampler)
+    if not getattr(cls, "_tiresias_resumable", False):
+
+        def skipping_iter(self: Any) -> Iterator[Any]:
+            # a generator: the skip is taken by the pass that yields, not by an iterator
+            # made and dropped unused (a multi-worker DataLoader makes two per epoch)
+            skip, self._tiresias_skip = self._tiresias_skip, 0
+            yield from itertools.islice(cls.__iter__(self), skip, None)
+
+        members = {"__slots__": (), "__iter__": skipping_iter, "_tiresias_resumable": True}
+        sampler.__class__ = type(f"Resumable{cls.__name__}", (cls,), members)
+    sampler._tiresias_skip = items
 
 
 def _rng_states() -> dict[str, Any]:
@@ -67,6 +88,8 @@ class TorchCheckpointer:
     """Saves and restores a set of torch objects the way the gang shape needs."""
 
     def __init__(self, objects: Mapping[str, Any]) -> None:
+        loaders = {n: o for n, o in objects.items() if isinstance(o, torch.utils.data.DataLoader)}
+        objects = {n: o for n, o in objects.items() if n not in loaders}
         unsaveable = [
             name
             for name, o in objects.items()
@@ -75,9 +98,11 @@ class TorchCheckpointer:
         if unsaveable:
             raise ValueError(
                 f"tiresias.State: {', '.join(unsaveable)} cannot be checkpointed (no "
-                "state_dict/load_state_dict); pass models, optimizers, schedulers and scalers"
+                "state_dict/load_state_dict); pass models, optimizers, schedulers, scalers "
+                "and the DataLoader (loader=…)"
             )
-        self.objects = dict(objects)
+        self.objects = objects
+        self.loaders = list(loaders.values())
         self.modules = [_module(o) for o in objects.values() if isinstance(o, torch.nn.Module)]
         if not self.modules:
             raise ValueError("tiresias.State needs the model (a torch.nn.Module), e.g. model=…")
@@ -111,8 +136,23 @@ class TorchCheckpointer:
         ]
         return {"tensor_bytes": sizes}
 
+    def begin_epoch(self, epoch: int, skip_batches: int) -> None:
+        """Start each loader's ``epoch``, skipping the batches a resumed epoch already did."""
+        for loader in self.loaders:
+            if hasattr(loader.sampler, "set_epoch"):
+                loader.sampler.set_epoch(epoch)
+            # batch_size=None: the loader yields one sample per step, straight from its sampler
+            _skip_next_pass(loader.batch_sampler or loader.sampler, skip_batches)
+
     def restore(self, rt: Runtime) -> Checkpoint | None:
-        return rt.restore(self.described, self._read)
+        def read(ckpt: Checkpoint) -> None:
+            rng = self._read(ckpt)
+            # a DataLoader's iteration draws its workers' seed from the global RNG when it
+            # starts: the resumed epoch's starts after this restore, the original's before
+            # the checkpoint, so the saved RNG state applies from the first step on
+            rt.at_next_step(lambda: _set_rng_states(rng))
+
+        return rt.restore(self.described, read)
 
     def save(self, rt: Runtime, step: int, position: dict[str, Any]) -> Checkpoint | None:
         """Write a checkpoint of ``step``; only the chief's copy is kept."""
@@ -124,11 +164,12 @@ class TorchCheckpointer:
         state = {name: o.state_dict() for name, o in self.objects.items()}
         torch.save({"objects": state, "rng": _rng_states()}, directory / STATE_FILE)
 
-    def _read(self, ckpt: Checkpoint) -> None:
+    def _read(self, ckpt: Checkpoint) -> dict[str, Any]:
+        """Load every object's state; return the RNG states to apply."""
         saved = torch.load(ckpt.path / STATE_FILE, map_location="cpu", weights_only=False)
         missing = sorted(set(self.objects) - set(saved["objects"]))
         if missing:
             raise ValueError(f"checkpoint {ckpt.path} has no state for {', '.join(missing)}")
         for name, o in self.objects.items():
             o.load_state_dict(saved["objects"][name])
-        _set_rng_states(saved["rng"])
+        return saved["rng"]

@@ -25,24 +25,20 @@ STEPS = 40
 RANKS = 2
 
 
-def ddp_request() -> GangRequest:
-    argv = (str(SCRIPTS / "ddp_train.py"), str(STEPS), "log-{rank}", "weights.pt")
-    return GangRequest(argv, workers=RANKS)
-
-
 def losses(directory: Path, rank: int) -> list[str]:
     return (directory / f"log-{rank}").read_text().splitlines()
 
 
-def test_ddp_state_resumes_bit_identically_after_sigterm(tmp_path: Path) -> None:
+def preempt_and_resume(tmp_path: Path, request: GangRequest, hold: int) -> tuple[Path, Path]:
+    """An uninterrupted run, and a run held at step ``hold``, stopped there by SIGTERM
+    and resumed; returns their directories."""
     plain_dir, preempted_dir = tmp_path / "plain", tmp_path / "preempted"
     plain_dir.mkdir()
     preempted_dir.mkdir()
-    plain = start(ddp_request(), plain_dir)
+    plain = start(request, plain_dir)
     assert plain.wait(TIMEOUT) == [0] * RANKS, plain.tails()
 
-    hold = random.Random("ddp_train").randrange(1, STEPS)
-    first = start(ddp_request(), preempted_dir, env={"TIRESIAS_HOLD_AT_STEP": str(hold)})
+    first = start(request, preempted_dir, env={"TIRESIAS_HOLD_AT_STEP": str(hold)})
     holding = f"tiresias: holding at step {hold} until preempted"
     wait_until(
         lambda: all(holding in log.read_text() for log in first.logs),
@@ -56,14 +52,43 @@ def test_ddp_state_resumes_bit_identically_after_sigterm(tmp_path: Path) -> None
     for rank in range(RANKS):
         assert len(losses(preempted_dir, rank)) == hold
 
-    second = start(ddp_request(), preempted_dir, restart=1)
+    second = start(request, preempted_dir, restart=1)
     assert second.wait(TIMEOUT) == [0] * RANKS, second.tails()
-    for rank in range(RANKS):  # every step once, with the same loss: data, RNG, momentum, LR
+    return plain_dir, preempted_dir
+
+
+def assert_same_run(plain_dir: Path, preempted_dir: Path) -> None:
+    """Every step once, with the same loss (data, RNG, momentum, LR), and equal weights."""
+    for rank in range(RANKS):
         assert losses(preempted_dir, rank) == losses(plain_dir, rank)
     resumed = torch.load(preempted_dir / "weights.pt")
     reference = torch.load(plain_dir / "weights.pt")
     assert resumed.keys() == reference.keys()
     assert all(torch.equal(resumed[k], reference[k]) for k in reference)
+
+
+def test_ddp_state_resumes_bit_identically_after_sigterm(tmp_path: Path) -> None:
+    argv = (str(SCRIPTS / "ddp_train.py"), str(STEPS), "log-{rank}", "weights.pt")
+    hold = random.Random("ddp_train").randrange(1, STEPS)
+    plain_dir, preempted_dir = preempt_and_resume(tmp_path, GangRequest(argv, workers=RANKS), hold)
+    assert_same_run(plain_dir, preempted_dir)
+
+
+def test_epoch_loop_with_distributed_sampler_sees_every_sample_once(tmp_path: Path) -> None:
+    """DistributedSampler + DataLoader workers + dropout + a per-epoch LR schedule, preempted
+    mid-epoch: the resumed epoch yields exactly its unseen batches, and every loss and the
+    final weights equal an uninterrupted run's."""
+    epochs, per_epoch = 3, 6  # 96 samples, 2 ranks, batches of 8
+    argv = (str(SCRIPTS / "ddp_sampler.py"), str(epochs), "log-{rank}", "weights.pt")
+    request = GangRequest(argv, workers=RANKS)
+    hold = random.Random("ddp_sampler").randrange(1, epochs * per_epoch)
+    plain_dir, preempted_dir = preempt_and_resume(tmp_path, request, hold)
+    for rank in range(RANKS):
+        rows = [line.split() for line in losses(preempted_dir, rank)]
+        for epoch in range(epochs):
+            seen = [int(i) for row in rows if row[0] == str(epoch) for i in row[1:-1]]
+            assert len(seen) == len(set(seen)) == 48, f"rank {rank} epoch {epoch}: {seen}"
+    assert_same_run(plain_dir, preempted_dir)
 
 
 def test_plain_torchrun_script_runs_unchanged(tmp_path: Path) -> None:
