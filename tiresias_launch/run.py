@@ -8,6 +8,7 @@ coordinator and a local agent in this process, so the first command on a fresh m
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import os
 import signal
@@ -17,6 +18,8 @@ import threading
 import uuid
 from pathlib import Path
 from typing import Any
+
+import zmq
 
 from coordinator.cli import (
     FINISHED,
@@ -61,6 +64,16 @@ class Embedded:
         self.coordinator.stop.set()
         for t in self._threads:
             t.join(5)
+
+
+def embedded_address(state: Path, cleanup: contextlib.ExitStack) -> str:
+    """``ipc://STATE/coordinator.sock``, or, where that path is too long for a Unix socket, a
+    socket in a private temporary directory that ``cleanup`` removes."""
+    path = state / "coordinator.sock"
+    if len(str(path)) >= zmq.IPC_PATH_MAX_LEN:
+        short = cleanup.enter_context(tempfile.TemporaryDirectory(prefix="tiresias-run-"))
+        path = Path(short) / "coordinator.sock"
+    return f"ipc://{path}"
 
 
 def local_gpus(requested: int | None, needed: int) -> list[dict[str, Any]]:
@@ -198,6 +211,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     embedded = None
     tmp = None
+    cleanup = contextlib.ExitStack()
     try:
         args.script = script_argv(
             args.script, args.coordinator is None or on_this_machine(args.coordinator)
@@ -216,7 +230,7 @@ def main(argv: list[str] | None = None) -> int:
                 return 2
             state = args.state.resolve()
             opts = Options(
-                bind=args.bind or f"ipc://{state}/coordinator.sock",
+                bind=args.bind or embedded_address(state, cleanup),
                 state=state,
                 grace=args.grace,
                 policy=args.policy,
@@ -241,6 +255,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if embedded is not None:
             embedded.close()
+        cleanup.close()
         if tmp is not None:
             tmp.cleanup()
 

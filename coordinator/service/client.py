@@ -48,6 +48,16 @@ def dealer(ctx: zmq.Context, address: str, keys: ClientKeys | None) -> zmq.Socke
     return sock
 
 
+def _why_silent(address: str) -> str:
+    """What to check when ``address`` does not answer."""
+    path = address[len("ipc://") :] if address.startswith("ipc://") else None
+    if path is not None and not os.path.exists(path):
+        return f"there is no socket {path}: is the coordinator running on this machine?"
+    if path is not None:
+        return "is the coordinator running, and may you enter the socket's directory?"
+    return "is it running, and is its server.key the one in your key directory?"
+
+
 class Client:
     """Blocking request/reply to the coordinator; errors become RequestError."""
 
@@ -82,7 +92,7 @@ class Client:
         raise RequestError(
             f"no reply from the coordinator at {self.address} within {wait:g}s"
             + (f" ({retries + 1} tries)" if retries else "")
-            + " (is it running, and are CURVE keys right?)"
+            + f" ({_why_silent(self.address)})"
         )
 
     def _reply(self, rid: int, deadline: float) -> dict | None:

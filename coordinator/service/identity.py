@@ -91,6 +91,11 @@ def curve_peer(frame: zmq.Frame, admins: frozenset[str]) -> Peer:
 def check_bind(address: str, curve: bool) -> None:
     """Refuse an address whose peers the coordinator could not identify."""
     if address.startswith("ipc://"):
+        if len(address) - len("ipc://") >= zmq.IPC_PATH_MAX_LEN:
+            raise ValueError(
+                f"--bind {address}: a socket path has at most {zmq.IPC_PATH_MAX_LEN - 1} "
+                f"bytes; choose a shorter one"
+            )
         if curve:
             raise ValueError(
                 f"--bind {address}: CURVE keys are for tcp://; on one machine ipc:// "

@@ -187,3 +187,39 @@ def test_jobs_are_refused_as_root_unless_allowed(tmp_path: Path) -> None:
                 client.request("submit", argv=["x.py"], workers=1)
         else:
             assert client.request("submit", argv=["x.py"], workers=1)["job_id"] == "j1"
+
+
+def test_a_user_runs_tiresias_run_with_no_setup(other: pwd.struct_passwd) -> None:
+    """The README's first command, as an unprivileged user: no keys, no socket to share."""
+    base = Path(tempfile.mkdtemp(prefix="tiresias-sec-"))
+    try:
+        base.chmod(0o755)
+        work = base / "work"
+        work.mkdir()
+        os.chown(work, other.pw_uid, other.pw_gid)
+        run = subprocess.run(
+            [
+                *reachable_python(base),
+                "setpriv",
+                f"--reuid={other.pw_uid}",
+                f"--regid={other.pw_gid}",
+                "--init-groups",
+                sys.executable,
+                "-m",
+                "tiresias_launch.run",
+                str(FAKE_JOB),
+                "--steps",
+                "2",
+                "--step-time",
+                "0.01",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            cwd=work,
+            env={**os.environ, "HOME": str(work)},
+        )
+        assert run.returncode == 0, run.stderr
+        assert "done after 2 steps" in run.stdout
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
