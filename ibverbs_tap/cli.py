@@ -23,6 +23,7 @@ from ibverbs_tap.profile import (
     ProcessGoneError,
     ProcessProfile,
     TapError,
+    environ_of,
     merge_peers,
     read_directory,
     read_process,
@@ -31,12 +32,14 @@ from ibverbs_tap.profile import (
 from ibverbs_tap.roles import (
     Cluster,
     cluster_of,
+    environ_tf_config,
+    gang_addresses,
     label,
     labelled,
     ps_tasks,
     role_endpoints,
     roles,
-    tf_config_of,
+    socket_owners,
 )
 from ibverbs_tap.skew import bytes_per_role, skew
 
@@ -84,10 +87,16 @@ def _peer_report(peer: Peer, in_window: Peer | None, window: float | None) -> di
 
 
 def _peers_report(
-    peers: Iterable[Peer], in_window: Iterable[Peer], window: float | None
+    peers: Iterable[Peer],
+    in_window: Iterable[Peer],
+    window: float | None,
+    addresses: Mapping[str, str] | None = None,
 ) -> list[dict[str, Any]]:
-    recent = {(p.kind, p.address): p for p in merge_peers(in_window)}
-    return [_peer_report(p, recent.get((p.kind, p.address)), window) for p in merge_peers(peers)]
+    recent = {(p.kind, p.address, p.role): p for p in merge_peers(in_window, addresses)}
+    return [
+        _peer_report(p, recent.get((p.kind, p.address, p.role)), window)
+        for p in merge_peers(peers, addresses)
+    ]
 
 
 def profile_report(
@@ -95,10 +104,11 @@ def profile_report(
     after: Mapping[int, ProcessProfile],
     untraced: Sequence[int],
     window: float | None,
-    tree: bool,
+    addresses: Mapping[str, str] | None,
 ) -> dict[str, Any]:
-    """What ``profile`` prints: per process (and with ``tree`` summed over them), per peer,
-    the histograms since the process started and the rates between the two snapshots."""
+    """What ``profile`` prints: per process, per peer, the histograms since the process
+    started and the rates between the two snapshots; with ``addresses`` (role -> address,
+    for ``--tree``) also the processes' sum, labelled peers summed by role."""
     deltas = {pid: p.since(before[pid]) if pid in before else p for pid, p in after.items()}
     processes = []
     for pid, prof in after.items():
@@ -106,7 +116,7 @@ def profile_report(
         d["peers"] = _peers_report(prof.peers, deltas[pid].peers, window)
         processes.append(d)
     report: dict[str, Any] = {"window": window, "processes": processes}
-    if tree:
+    if addresses is not None:
         report["total"] = {
             "pids": list(after),
             "untraced": list(untraced),
@@ -114,6 +124,7 @@ def profile_report(
                 (peer for p in after.values() for peer in p.peers),
                 (peer for p in deltas.values() for peer in p.peers),
                 window,
+                addresses,
             ),
         }
     return report
@@ -193,8 +204,14 @@ def cmd_profile(args: argparse.Namespace) -> int:
         except ProcessGoneError as e:
             raise TapError(f"{e} (during the measurement window)") from None
         window = (time.monotonic() - started) if args.interval else None
-        after = {p.pid: labelled(p) for p in profiles}
-        report = profile_report(before, after, untraced, window, args.tree)
+        addresses = (
+            {r: a for p in profiles for r, a in gang_addresses(environ_of(p.pid)).items()}
+            if args.tree
+            else None
+        )
+        owners = socket_owners()
+        after = {p.pid: labelled(p, owners, addresses) for p in profiles}
+        report = profile_report(before, after, untraced, window, addresses)
         if args.json:
             print(json.dumps(report))
         else:
@@ -217,19 +234,23 @@ def _ps_cluster(args: argparse.Namespace, profiles: Sequence[ProcessProfile]) ->
     the traced processes started with, else ``$TF_CONFIG``."""
     if args.ps:
         return {"ps": dict(enumerate(args.ps))}
-    tf_config = args.tf_config
+    tf_config: str | Mapping[str, Any] | None = args.tf_config
     if not tf_config and args.dump is None:
-        found = {tf_config_of(p.pid) for p in profiles} - {None}
-        try:
-            specs = {json.dumps(cluster_of(c).get("ps", {}), sort_keys=True) for c in found}
-        except ValueError as e:
-            raise TapError(f"the TF_CONFIG a traced process started with: {e}") from None
-        if len(specs) > 1:
+        found = {}
+        for p in profiles:
+            try:
+                config = environ_tf_config(environ_of(p.pid))
+                ps = cluster_of(config).get("ps", {}) if config is not None else None
+            except ValueError as e:
+                raise TapError(f"process {p.pid} started with a bad TF_CONFIG: {e}") from None
+            if config is not None:
+                found[json.dumps(ps, sort_keys=True)] = config
+        if len(found) > 1:
             raise TapError(
                 "the traced processes name different parameter servers in TF_CONFIG; "
                 "give --ps HOST:PORT…"
             )
-        tf_config = next(iter(found), None)
+        tf_config = next(iter(found.values()), None)
     tf_config = tf_config or os.environ.get("TF_CONFIG")
     if not tf_config:
         raise TapError("no parameter servers: give --ps HOST:PORT…, --tf-config, or set TF_CONFIG")
@@ -332,8 +353,8 @@ def _parser() -> argparse.ArgumentParser:
     prof.add_argument(
         "--tree",
         action="store_true",
-        help="sum the process and its traced descendants per peer (a gang started under "
-        "one `ibverbs-tap run`)",
+        help="also sum the process and its traced descendants, per role and peer (a gang "
+        "started under one `ibverbs-tap run`)",
     )
     prof.add_argument("--json", action="store_true", help="one JSON object per window")
     prof.set_defaults(func=cmd_profile)

@@ -146,12 +146,18 @@ def _order(peer: Peer) -> tuple[bool, str, int, str, str]:
     return (peer.role is None, job, int(index or 0), peer.kind, peer.address)
 
 
-def merge_peers(peers: Iterable[Peer]) -> tuple[Peer, ...]:
+def merge_peers(
+    peers: Iterable[Peer], addresses: Mapping[str, str] | None = None
+) -> tuple[Peer, ...]:
     """Peers summed by address (several processes talking to one PS are one row), labelled
-    ones first by role."""
+    ones first by role. With ``addresses`` (role -> address) labelled peers are summed by
+    role, each row at its role's address ("-" if unknown): a gang's traffic with each task,
+    whichever side opened the connections."""
     merged: dict[tuple[str, str], Peer] = {}
     for p in peers:
-        key = (p.kind, p.address)
+        if addresses is not None and p.role:
+            p = replace(p, address=addresses.get(p.role, "-"), host=None, port=None)
+        key = (p.kind, p.address) if addresses is None or not p.role else ("role", p.role)
         m = merged.get(key)
         merged[key] = (
             p

@@ -8,8 +8,11 @@ it for every process of a PS or all-reduce job, next to ``TIRESIAS_ROLE`` and
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import ipaddress
 import json
+import os
 import socket
 from collections.abc import Mapping
 from dataclasses import replace
@@ -83,17 +86,22 @@ def endpoints(address: str) -> frozenset[tuple[str, int]]:
     return frozenset((str(info[4][0]), int(port)) for info in infos)
 
 
-def role_endpoints(cluster: Cluster, strict: bool = False) -> Endpoints:
-    """(ip, port) -> role for every task of ``cluster``. Addresses that do not resolve raise
+def resolve(addresses: Mapping[str, str], strict: bool = False) -> Endpoints:
+    """(ip, port) -> role, from role -> ``host:port``. Addresses that do not resolve raise
     ValueError when ``strict``, else are left out (their peers stay unlabelled)."""
     found: Endpoints = {}
-    for role, address in roles(cluster).items():
+    for role, address in addresses.items():
         try:
             found.update(dict.fromkeys(endpoints(address), role))
         except ValueError:
             if strict:
                 raise
     return found
+
+
+def role_endpoints(cluster: Cluster, strict: bool = False) -> Endpoints:
+    """(ip, port) -> role for every task of ``cluster``."""
+    return resolve(roles(cluster), strict)
 
 
 def label(profile: ProcessProfile, by_endpoint: Endpoints) -> ProcessProfile:
@@ -105,32 +113,102 @@ def label(profile: ProcessProfile, by_endpoint: Endpoints) -> ProcessProfile:
     return replace(profile, peers=peers)
 
 
+def environ_tf_config(environ: Mapping[str, str]) -> Mapping[str, Any] | None:
+    """The TF_CONFIG of an environment (JSON text only, as TF reads it); None if unset.
+    Raises ValueError when it is not a valid TF_CONFIG."""
+    text = environ.get("TF_CONFIG")
+    if text is None:
+        return None
+    if not text.lstrip().startswith("{"):
+        raise ValueError("TF_CONFIG is not a JSON object")
+    return parse_tf_config(text)
+
+
 def own_role(environ: Mapping[str, str]) -> str | None:
     """This process's role: TF_CONFIG's task, else the Tiresias gang's TIRESIAS_ROLE and
     TIRESIAS_TASK_INDEX; None when neither says."""
-    try:
-        task = parse_tf_config(environ["TF_CONFIG"]).get("task", {})
+    with contextlib.suppress(ValueError):
+        task = (environ_tf_config(environ) or {}).get("task", {})
         if isinstance(task, dict) and "type" in task:
             return f"{task['type']}{task.get('index', 0)}"
-    except (KeyError, ValueError, OSError):
-        pass
     if "TIRESIAS_ROLE" in environ:
         return f"{environ['TIRESIAS_ROLE']}{environ.get('TIRESIAS_TASK_INDEX', '0')}"
     return None
 
 
-def tf_config_of(pid: int) -> str | None:
-    """TF_CONFIG from a process's environment, if it has one and we may read it."""
-    return environ_of(pid).get("TF_CONFIG")
+def gang_addresses(environ: Mapping[str, str]) -> dict[str, str]:
+    """role -> address for the tasks in a process's TF_CONFIG and for the Tiresias
+    coordinator it reports to (``TIRESIAS_COORDINATOR``); empty where neither is readable."""
+    found: dict[str, str] = {}
+    coordinator = environ.get("TIRESIAS_COORDINATOR", "")
+    if coordinator.startswith("tcp://"):
+        found["coordinator"] = coordinator[len("tcp://") :]
+    with contextlib.suppress(ValueError):
+        found.update(roles(cluster_of(environ_tf_config(environ) or {})))
+    return found
 
 
-def labelled(profile: ProcessProfile) -> ProcessProfile:
-    """``profile`` with its own role and its peers' roles, from its process's environment
-    (unlabelled where the environment has no readable, valid TF_CONFIG)."""
+def _hex_endpoint(text: str) -> tuple[str, int]:
+    """/proc/net/tcp's ``0100007F:1F90`` (address in host byte order, 32-bit words)."""
+    address, port = text.split(":")
+    raw = b"".join(
+        int(address[i : i + 8], 16).to_bytes(4, "little") for i in range(0, len(address), 8)
+    )
+    ip = ipaddress.ip_address(raw)
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped:
+        ip = ip.ipv4_mapped
+    return str(ip), int(port, 16)
+
+
+def socket_owners() -> dict[tuple[str, int], int]:
+    """(ip, port) of every TCP socket in this network namespace -> a pid holding it (only
+    processes whose fds we may read)."""
+    by_inode: dict[str, tuple[str, int]] = {}
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            rows = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for row in rows:
+            fields = row.split()
+            by_inode[fields[9]] = _hex_endpoint(fields[1])
+    owners: dict[tuple[str, int], int] = {}
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            fds = list((proc / "fd").iterdir())
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                link = os.readlink(fd)
+            except OSError:  # closed meanwhile (or the fd that lists the directory)
+                continue
+            if link.startswith("socket:[") and link[8:-1] in by_inode:
+                owners[by_inode[link[8:-1]]] = int(proc.name)
+    return owners
+
+
+def labelled(
+    profile: ProcessProfile,
+    owners: Mapping[tuple[str, int], int] | None = None,
+    gang: Mapping[str, str] | None = None,
+) -> ProcessProfile:
+    """``profile`` with its own role and its peers' roles, from its process's environment:
+    peers at a task's (or the coordinator's) address by that task, also at the addresses of
+    ``gang`` (role -> address, e.g. its gang's ``gang_addresses``); with ``owners``
+    (``socket_owners()``), peers that connected to it from this machine by the role of the
+    process that holds the other end."""
     environ = environ_of(profile.pid)
-    profile = replace(profile, role=own_role(environ))
-    try:
-        cluster = cluster_of(environ["TF_CONFIG"])
-    except (KeyError, ValueError, OSError, TypeError, AttributeError):
+    by_endpoint = resolve({**(gang or {}), **gang_addresses(environ)})
+    profile = label(replace(profile, role=own_role(environ)), by_endpoint)
+    if owners is None:
         return profile
-    return label(profile, role_endpoints(cluster))
+    peers = tuple(
+        replace(p, role=own_role(environ_of(owners[(p.host, p.port)])))
+        if p.kind == "tcp" and p.role is None and (p.host, p.port) in owners
+        else p
+        for p in profile.peers
+    )
+    return replace(profile, peers=peers)

@@ -9,7 +9,10 @@ looper.py schedule PORT_A PORT_B [--spawn]
                                  run py_client's schedule once on a connection to each port
                                  (a ScheduleServers pair), print "ready PID [CHILD_PID]",
                                  then idle until stdin closes (--spawn: a child process does
-                                 the same first, and exits when this one does)
+                                 the same first, and exits when this one does; it gets
+                                 $CHILD_TF_CONFIG as its TF_CONFIG)
+looper.py serve                  listen on a loopback port, print "ready PID PORT", answer
+                                 py_client's schedule on every connection until stdin closes
 """
 
 from __future__ import annotations
@@ -19,8 +22,24 @@ import os
 import socket
 import subprocess
 import sys
+import threading
 
 import py_client  # the script's directory is on sys.path
+
+
+def _serve(listener: socket.socket) -> None:
+    """Each connection: read every message of the schedule, answer each with ACK bytes."""
+
+    def answer(conn: socket.socket) -> None:
+        with conn:
+            for _ in range(py_client.REPS):
+                for n in py_client.SIZES:
+                    conn.recv(n, socket.MSG_WAITALL)
+                    conn.sendall(b"a" * py_client.ACK)
+
+    while True:
+        conn, _ = listener.accept()
+        threading.Thread(target=answer, args=(conn,), daemon=True).start()
 
 
 def main() -> int:
@@ -28,17 +47,27 @@ def main() -> int:
     if mode == "schedule":
         ready = ["ready", str(os.getpid())]
         if "--spawn" in args:
+            child_env = dict(os.environ)
+            if "CHILD_TF_CONFIG" in child_env:  # a launcher giving its task a TF_CONFIG
+                child_env["TF_CONFIG"] = child_env.pop("CHILD_TF_CONFIG")
             child = subprocess.Popen(
                 [sys.executable, __file__, "schedule", *args[:2]],
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 text=True,
+                env=child_env,
             )
             ready.append(child.stdout.readline().split()[1])
         conns = [socket.create_connection(("127.0.0.1", int(p))) for p in args[:2]]
         for conn in conns:
             py_client.schedule(conn, "sendall")
         print(*ready, flush=True)
+        sys.stdin.read()
+        return 0
+    if mode == "serve":
+        listener = socket.create_server(("127.0.0.1", 0))
+        threading.Thread(target=_serve, args=(listener,), daemon=True).start()
+        print("ready", os.getpid(), listener.getsockname()[1], flush=True)
         sys.stdin.read()
         return 0
     if mode == "fixed":

@@ -9,7 +9,8 @@ import shutil
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -118,31 +119,34 @@ def test_profile_after_the_traffic_shows_exactly_what_was_sent(servers: Schedule
 
 
 def test_profile_tree_sums_a_gang_labelled_by_role(servers: ScheduleServers) -> None:
-    """A process and its child, both worker1 of a TF cluster with two PS listening at the
-    servers' addresses: peers are ps0/ps1, ``--tree`` sums both processes per PS, and
-    ``skew`` finds the PS without being told."""
+    """A launcher and its task, worker1 of a TF cluster with two PS listening at the servers'
+    addresses (only the task has TF_CONFIG): the task's peers are ps0/ps1, ``--tree`` on the
+    launcher sums both processes per PS under those names, and ``skew`` finds the PS without
+    being told."""
     a, b = (f"127.0.0.1:{p}" for p in servers.ports)
     cluster = {"chief": ["127.0.0.1:1"], "ps": [a, b], "worker": ["127.0.0.1:2", "127.0.0.1:3"]}
     tf_config = json.dumps({"cluster": cluster, "task": {"type": "worker", "index": 1}})
     env = {k: v for k, v in os.environ.items() if k != "TF_CONFIG"}
     proc = tap_popen(
         [sys.executable, LOOPER, "schedule", *map(str, servers.ports), "--spawn"],
-        env=dict(env, TF_CONFIG=tf_config),
+        env=dict(env, CHILD_TF_CONFIG=tf_config),
     )
     _, pid, child = proc.stdout.readline().split()
     try:
         tree = tap_cli("profile", pid, "--tree", "--interval", "0", "--json", env=env)
         text = tap_cli("profile", pid, "--tree", "--interval", "0", env=env)
-        alone = tap_cli("profile", pid, "--interval", "0", "--json", env=env)
-        skew = tap_cli("skew", pid, "--json", env=env)
+        task = tap_cli("profile", child, "--interval", "0", "--json", env=env)
+        launcher = tap_cli("profile", pid, "--interval", "0", "--json", env=env)
+        skew = tap_cli("skew", child, "--json", env=env)
         skew_tree = tap_cli("skew", pid, "--tree", env=env)
+        skew_launcher = tap_cli("skew", pid, env=env)
     finally:
         proc.stdin.close()
         proc.wait(timeout=30)
     assert tree.returncode == 0, tree.stderr
     report = json.loads(tree.stdout)
     assert {p["pid"]: p["role"] for p in report["processes"]} == {
-        int(pid): "worker1",
+        int(pid): None,
         int(child): "worker1",
     }
     total = report["total"]
@@ -156,9 +160,13 @@ def test_profile_tree_sums_a_gang_labelled_by_role(servers: ScheduleServers) -> 
         assert _buckets(peer["rx"]) == expected_rx(2)
     assert f"ps0 tcp {a}: tx 20 msgs 297.3 KiB, rx 20 msgs 160 B" in text.stdout
     assert f"pid {child} worker1 (ppid {pid})" in text.stdout
-    [one] = json.loads(alone.stdout)["processes"]
+    [one] = json.loads(task.stdout)["processes"]
     assert [peer["role"] for peer in one["peers"]] == ["ps0", "ps1"]
     assert _buckets(one["peers"][0]["tx"]) == expected_tx(1)
+    # Alone, the launcher has no TF_CONFIG: no names, and skew has no PS to go by.
+    [alone] = json.loads(launcher.stdout)["processes"]
+    assert [peer["role"] for peer in alone["peers"]] == [None, None]
+    assert skew_launcher.returncode == 1 and "no parameter servers" in skew_launcher.stderr
     per_ps = REPS * (sum(SIZES) + ACK * len(SIZES))
     assert skew.returncode == 0, skew.stderr
     assert json.loads(skew.stdout) == {
@@ -168,6 +176,58 @@ def test_profile_tree_sums_a_gang_labelled_by_role(servers: ScheduleServers) -> 
     }
     assert skew_tree.returncode == 0, skew_tree.stderr
     assert skew_tree.stdout.split()[:2] == ["ps0", a] and "S_J = 0.500" in skew_tree.stdout
+    assert "297.4 KiB" in skew_tree.stdout  # both processes' bytes
+
+
+def _until(condition: Callable[[], bool], timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "condition not met in time"
+        time.sleep(0.01)
+
+
+def test_profile_names_the_processes_that_connected() -> None:
+    """A traced server (ps0 by the gang's TIRESIAS_ROLE/TIRESIAS_TASK_INDEX) and a traced
+    client (worker1, the server as ps0 in its TF_CONFIG): the client sees ps0; the server sees
+    its two incoming connections as worker1, the role of the process holding the other end."""
+    env = {k: v for k, v in os.environ.items() if k != "TF_CONFIG"}
+    server = tap_popen(
+        [sys.executable, LOOPER, "serve"],
+        env=dict(env, TIRESIAS_ROLE="ps", TIRESIAS_TASK_INDEX="0"),
+    )
+    _, spid, port = server.stdout.readline().split()
+    cluster = {"ps": [f"127.0.0.1:{port}"], "worker": ["127.0.0.1:1", "127.0.0.1:2"]}
+    tf_config = json.dumps({"cluster": cluster, "task": {"type": "worker", "index": 1}})
+    client = tap_popen(
+        [sys.executable, LOOPER, "schedule", port, port], env=dict(env, TF_CONFIG=tf_config)
+    )
+    _, cpid = client.stdout.readline().split()
+    try:
+        # The server counts its last ACK just after sending it: wait for that, not a sleep.
+        replies = 2 * REPS * len(SIZES)
+        _until(
+            lambda: sum(p.tx.count for p in ibverbs_tap.read_process(int(spid)).peers) == replies
+        )
+        served = tap_cli("profile", spid, "--interval", "0", "--json", env=env)
+        text = tap_cli("profile", spid, "--interval", "0", env=env)
+        dialled = tap_cli("profile", cpid, "--interval", "0", "--json", env=env)
+    finally:
+        client.stdin.close()
+        client.wait(timeout=30)
+        server.stdin.close()
+        server.wait(timeout=30)
+    assert served.returncode == 0, served.stderr
+    [ps] = json.loads(served.stdout)["processes"]
+    assert ps["role"] == "ps0" and len(ps["peers"]) == 2
+    for peer in ps["peers"]:
+        assert peer["role"] == "worker1" and peer["port"] != int(port)
+        assert _buckets(peer["rx"]) == expected_tx(1)
+        assert _buckets(peer["tx"]) == expected_rx(1)
+    assert f"pid {spid} ps0 " in text.stdout and "  worker1 tcp 127.0.0.1:" in text.stdout
+    [worker] = json.loads(dialled.stdout)["processes"]
+    [peer] = worker["peers"]  # both connections go to one address: one peer
+    assert (worker["role"], peer["role"]) == ("worker1", "ps0")
+    assert _buckets(peer["tx"]) == expected_tx(2)
 
 
 def test_profile_into_a_closed_pipe_exits_quietly(sink: SinkServer) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 from hypothesis import given
@@ -148,3 +149,23 @@ def test_label_names_peers_at_task_addresses() -> None:
     ]
     [merged] = merge_peers([labelled.peers[0], labelled.peers[0]])
     assert merged.role == "ps0" and merged.tx.total_bytes == 60 and merged.tx.count == 2
+    # A gang's sum: peers of one role at different addresses (connections either side
+    # opened) are one row at the role's address; unlabelled peers stay per address.
+    ps0, worker0, other = labelled.peers
+    by_role = merge_peers([ps0, replace(worker0, role="ps0"), other], {"ps0": "h:1"})
+    assert [(p.role, p.address, p.host, p.tx.total_bytes) for p in by_role] == [
+        ("ps0", "h:1", None, 40),
+        (None, "127.0.0.1:4444", "127.0.0.1", 99),
+    ]
+
+
+def test_gang_addresses_name_tasks_and_the_coordinator() -> None:
+    tf = json.dumps({"cluster": {"ps": ["localhost:2222"]}, "task": {"type": "worker"}})
+    environ = {"TF_CONFIG": tf, "TIRESIAS_COORDINATOR": "tcp://127.0.0.1:5555"}
+    addresses = roles.gang_addresses(environ)
+    assert addresses == {"coordinator": "127.0.0.1:5555", "ps0": "localhost:2222"}
+    assert roles.resolve(addresses)[("127.0.0.1", 2222)] == "ps0"
+    # TF reads TF_CONFIG as JSON only: a path or junk there gives no labels, not an error.
+    assert roles.gang_addresses({"TF_CONFIG": "/etc/passwd"}) == {}
+    with pytest.raises(ValueError, match="not a JSON object"):
+        roles.environ_tf_config({"TF_CONFIG": "/etc/passwd"})
