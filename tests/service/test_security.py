@@ -182,6 +182,7 @@ def test_a_second_user_cannot_touch_roots_job_and_runs_as_itself(
 def test_jobs_are_refused_as_root_unless_allowed(tmp_path: Path) -> None:
     opts = Options(bind=f"ipc://{tmp_path}/c.sock", state=tmp_path / "state")
     with in_process_coordinator(opts) as coord, Client(coord.address, timeout=5) as client:
+        client.request("register", node="n", gpus=[{"index": 0}], running=[])
         if os.geteuid() == 0:
             with pytest.raises(RequestError, match="jobs do not run as root"):
                 client.request("submit", argv=["x.py"], workers=1)
