@@ -16,11 +16,14 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import zmq
 
+from coordinator import protocol
 from coordinator.service.client import Client, RequestError
 from coordinator.service.coordinator import Options
 
 from .conftest import FAKE_JOB, Cluster, in_process_coordinator, wait_until
+from .test_reconcile import ScriptedAgent
 
 OTHER = "tiresias-test-other"
 #: A job as a user writes one: it says who it runs as.
@@ -165,6 +168,14 @@ def test_a_second_user_cannot_touch_roots_job_and_runs_as_itself(
     assert own_logs.returncode == 0, own_logs.stderr
     assert f"running as uid={other.pw_uid} gid={other.pw_gid}" in own_logs.stdout
     assert cluster.job(mine)["owner"] == OTHER
+    # and its runtime, running as it, reports progress
+    submit = tiresias(cluster, other, "submit", "--json", str(FAKE_JOB), "--steps", "3")
+    reporting = json.loads(submit.stdout)["job_id"]
+    wait_until(
+        lambda: cluster.job(reporting)["progress"].get("iterations"),
+        60,
+        "a report from the runtime of the other user's job",
+    )
     assert (cluster.state / "checkpoints" / mine).stat().st_uid == other.pw_uid
 
     # what is on disk is private
@@ -224,3 +235,47 @@ def test_a_user_runs_tiresias_run_with_no_setup(other: pwd.struct_passwd) -> Non
         assert "done after 2 steps" in run.stdout
     finally:
         shutil.rmtree(base, ignore_errors=True)
+
+
+def test_an_admin_may_act_on_any_job(other: pwd.struct_passwd) -> None:
+    base = Path(tempfile.mkdtemp(prefix="tiresias-sec-"))
+    base.chmod(0o755)
+    opts = Options(
+        bind=f"ipc://{base}/c.sock",
+        state=base / "state",
+        allow_root_jobs=True,
+        admins=frozenset({OTHER}),
+    )
+    try:
+        with in_process_coordinator(opts) as coord, Client(coord.address, timeout=5) as client:
+            ScriptedAgent(coord.address, "n", 1).close()
+            job = client.request("submit", argv=["x.py"], workers=1)["job_id"]
+            cli = [sys.executable, "-m", "coordinator.cli", "cancel", job]
+            cancel = as_user(other, *cli, "--coordinator", coord.address)
+            assert cancel.returncode == 0, cancel.stderr
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def test_log_data_counts_only_from_the_nodes_asked(tmp_path: Path) -> None:
+    """A node that never ran a job cannot slip lines into its logs."""
+    opts = Options(bind=f"ipc://{tmp_path}/c.sock", state=tmp_path / "s", allow_root_jobs=True)
+    with in_process_coordinator(opts) as coord, Client(coord.address, timeout=5) as client:
+        runner = ScriptedAgent(coord.address, "runner", 1)
+        job = client.request("submit", argv=["x.py"], workers=1)["job_id"]
+        assert runner.command("launch")["job_id"] == job
+        bystander = ScriptedAgent(coord.address, "bystander", 1)
+        sock = zmq.Context.instance().socket(zmq.DEALER)
+        sock.linger = 0
+        sock.connect(coord.address)
+        sock.send(protocol.encode("logs", id=7, job_id=job))
+        req = runner.command("fetch_logs")["req"]
+        forged = {"chief-0.log": {"offset": 5, "size": 5, "data": "owned"}}
+        bystander.sock.send(protocol.encode("log_data", node="bystander", req=req, files=forged))
+        assert bystander.request("heartbeat", node="bystander")["type"] == "ok"  # handled it
+        real = {"chief-0.log": {"offset": 2, "size": 2, "data": "ok"}}
+        runner.sock.send(protocol.encode("log_data", node="runner", req=req, files=real))
+        assert sock.poll(5000)
+        reply = protocol.decode(sock.recv())
+        sock.close()
+        assert reply["files"] == {"runner/chief-0.log": real["chief-0.log"]}
