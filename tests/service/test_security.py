@@ -128,6 +128,12 @@ def test_a_second_user_cannot_touch_roots_job_and_runs_as_itself(
     status = tiresias(cluster, other, "status", "--json", victim)
     assert status.returncode == 0 and json.loads(status.stdout)["owner"] == "root"
     assert "hunter2" not in status.stdout
+    # a failed job's log tail is log content too
+    failed = cluster.submit("--steps", "5", "--step-time", "0.01", "--fail-at", "1")
+    wait_until(lambda: cluster.state_of(failed) == "failed", 60, "root's job to fail")
+    assert "failing at step 1" in cluster.job(failed)["log_tail"]
+    status = tiresias(cluster, other, "status", "--json", failed)
+    assert json.loads(status.stdout)["log_tail"] is None, status.stdout
     # nor around the coordinator: the journal (which holds the environment) and the logs
     # are root's files, and the socket will not take it for an agent
     probe = as_user(
