@@ -31,9 +31,8 @@ from ibverbs_tap.profile import (
 )
 from ibverbs_tap.roles import (
     Cluster,
-    cluster_of,
-    environ_tf_config,
     gang_addresses,
+    gang_ps,
     label,
     labelled,
     ps_tasks,
@@ -234,27 +233,14 @@ def _ps_cluster(args: argparse.Namespace, profiles: Sequence[ProcessProfile]) ->
     the traced processes started with, else ``$TF_CONFIG``."""
     if args.ps:
         return {"ps": dict(enumerate(args.ps))}
-    tf_config: str | Mapping[str, Any] | None = args.tf_config
-    if not tf_config and args.dump is None:
-        found = {}
-        for p in profiles:
-            try:
-                config = environ_tf_config(environ_of(p.pid))
-                ps = cluster_of(config).get("ps", {}) if config is not None else None
-            except ValueError as e:
-                raise TapError(f"process {p.pid} started with a bad TF_CONFIG: {e}") from None
-            if config is not None:
-                found[json.dumps(ps, sort_keys=True)] = config
-        if len(found) > 1:
-            raise TapError(
-                "the traced processes name different parameter servers in TF_CONFIG; "
-                "give --ps HOST:PORT…"
-            )
-        tf_config = next(iter(found.values()), None)
-    tf_config = tf_config or os.environ.get("TF_CONFIG")
-    if not tf_config:
-        raise TapError("no parameter servers: give --ps HOST:PORT…, --tf-config, or set TF_CONFIG")
-    return {"ps": ps_tasks(tf_config)}
+    if args.tf_config:
+        return {"ps": ps_tasks(args.tf_config)}
+    found = gang_ps(p.pid for p in profiles) if args.dump is None else None
+    if found:
+        return {"ps": found}
+    if os.environ.get("TF_CONFIG"):
+        return {"ps": ps_tasks(os.environ["TF_CONFIG"])}
+    raise TapError("no parameter servers: give --ps HOST:PORT…, --tf-config, or set TF_CONFIG")
 
 
 def cmd_skew(args: argparse.Namespace) -> int:

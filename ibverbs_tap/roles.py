@@ -14,7 +14,7 @@ import ipaddress
 import json
 import os
 import socket
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -134,6 +134,26 @@ def own_role(environ: Mapping[str, str]) -> str | None:
     if "TIRESIAS_ROLE" in environ:
         return f"{environ['TIRESIAS_ROLE']}{environ.get('TIRESIAS_TASK_INDEX', '0')}"
     return None
+
+
+def gang_ps(pids: Iterable[int]) -> dict[int, str] | None:
+    """The parameter servers (index -> address) in the TF_CONFIG these processes started
+    with; None if none has one. Raises ValueError for a bad TF_CONFIG, one without PS, or
+    processes that name different PS."""
+    found: dict[int, str] | None = None
+    for pid in pids:
+        try:
+            config = environ_tf_config(environ_of(pid))
+            ps = ps_tasks(config) if config is not None else None
+        except ValueError as e:
+            raise ValueError(f"process {pid} started with a bad TF_CONFIG: {e}") from None
+        if ps is not None and found is not None and ps != found:
+            raise ValueError(
+                "the traced processes name different parameter servers in TF_CONFIG; "
+                "give --ps HOST:PORT…"
+            )
+        found = found or ps
+    return found
 
 
 def gang_addresses(environ: Mapping[str, str]) -> dict[str, str]:

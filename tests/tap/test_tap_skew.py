@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import subprocess
 from dataclasses import replace
 
 import pytest
@@ -169,3 +170,25 @@ def test_gang_addresses_name_tasks_and_the_coordinator() -> None:
     assert roles.gang_addresses({"TF_CONFIG": "/etc/passwd"}) == {}
     with pytest.raises(ValueError, match="not a JSON object"):
         roles.environ_tf_config({"TF_CONFIG": "/etc/passwd"})
+
+
+def test_gang_ps_from_the_processes_environments() -> None:
+    def started_with(**env: str) -> subprocess.Popen[bytes]:
+        return subprocess.Popen(["sleep", "60"], env=env)
+
+    launcher = started_with()
+    a = started_with(TF_CONFIG=json.dumps({"cluster": {"ps": ["h:1", "h:2"]}}))
+    b = started_with(TF_CONFIG=json.dumps({"cluster": {"ps": ["h:1", "h:2"], "worker": ["w:1"]}}))
+    c = started_with(TF_CONFIG=json.dumps({"cluster": {"ps": ["h:3"]}}))
+    bad = started_with(TF_CONFIG="{nope")
+    try:
+        assert roles.gang_ps([launcher.pid, a.pid, b.pid]) == {0: "h:1", 1: "h:2"}
+        assert roles.gang_ps([launcher.pid]) is None
+        with pytest.raises(ValueError, match="name different parameter servers"):
+            roles.gang_ps([a.pid, c.pid])
+        with pytest.raises(ValueError, match=f"process {bad.pid} started with a bad TF_CONFIG"):
+            roles.gang_ps([bad.pid])
+    finally:
+        for proc in (launcher, a, b, c, bad):
+            proc.kill()
+            proc.wait()
