@@ -21,6 +21,8 @@ from typing import Any
 
 from coordinator.service import keys as curve
 from coordinator.service.client import Client, RequestError, client_keys, default_address
+from coordinator.service.views import checkpoint_text, exit_text, lost_text
+from tiresias_launch.report import resume_line
 
 #: ``submit``'s and ``tiresias-run``'s script argument.
 SCRIPT_HELP = (
@@ -100,15 +102,20 @@ def format_job(j: dict[str, Any]) -> str:
         f"placement  {_placement(j['placement'])}",
         f"restarts   {j['restarts']}  preemptions {j['preemptions']}  promotions {j['promotions']}",
     ]
-    if progress:
+    if progress.get("step") is not None:
         lines.append(
-            "progress   "
-            + "  ".join(
-                f"{k} {v:.3g}" if isinstance(v, float) else f"{k} {v}"
-                for k, v in sorted(progress.items())
-                if v is not None
-            )
+            f"progress   step {progress['step']} (restart {progress.get('restart')})"
+            + (f", {progress['iter_time'] * 1e3:.3g} ms/step" if progress.get("iter_time") else "")
+            + (f", {progress['gpu_time']:.1f} GPU·s" if progress.get("gpu_time") else "")
         )
+    lines.append(f"checkpoint {checkpoint_text(j)}")
+    warmup = progress.get("warmup") or {}
+    if warmup.get("step") and "first_step" in warmup:
+        lines.append(f"resumed    {resume_line(warmup).removeprefix('resumed ')}")
+    if lost_text(j.get("lost")):
+        lines.append(f"lost       {lost_text(j.get('lost'))}")
+    if j.get("last_exit"):
+        lines.append(f"last exit  {exit_text(j['last_exit'])}")
     if j.get("log_tail"):
         lines.append("log tail of the failing process:")
         lines += ["  " + line for line in j["log_tail"].rstrip().splitlines()[-10:]]

@@ -101,10 +101,13 @@ SCHEMAS: dict[str, dict[str, Field]] = {
         "skew": ((*NUM, None), False),
         "tensor_bytes": ((list, None), False),
         "token": OPT_STR,  # TIRESIAS_JOB_TOKEN: proves a runtime on an anonymous connection
+        "checkpointable": ((bool, None), False),
+        "checkpointable_why": OPT_STR,
     },
     # coordinator → agent (commands)
     "launch": {
         "job_id": REQ_STR,
+        "job_key": OPT_STR,
         "restart": REQ_INT,
         "processes": ((list,), True),
         "grace": ((*NUM,), True),
@@ -123,6 +126,7 @@ SCHEMAS: dict[str, dict[str, Field]] = {
     },
     "fetch_logs": {
         "job_id": REQ_STR,
+        "job_key": OPT_STR,
         "req": REQ_INT,
         "offsets": ((dict,), True),
         "limit": REQ_INT,
@@ -150,7 +154,7 @@ REQUESTS = frozenset(
 #: Report fields that are counts or durations: finite and >= 0.
 REPORT_AMOUNTS = ("task_index", "restart", "step", "iterations", "iter_time", "gpu_time")
 #: Outcomes an agent may report for its part of a job.
-PART_OUTCOMES = ("completed", "checkpointed", "failed", "killed")
+PART_OUTCOMES = ("completed", "checkpointed", "preempted", "failed", "killed")
 
 # Shapes of list items and nested maps (field → (types, required)).
 GPU_ITEM: dict[str, Field] = {"index": REQ_INT, "uuid": OPT_STR, "memory": ((int, None), False)}

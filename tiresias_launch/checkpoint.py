@@ -4,8 +4,9 @@ Write protocol: files go into ``.tmp-ckpt-<step>-<pid>/``, every file and the di
 fsynced, ``MANIFEST.json`` (the completeness marker) is written and fsynced last, then the
 directory is renamed to its final name and the parent fsynced. A directory without a valid
 manifest is never restored, so a process killed mid-write leaves the previous checkpoint as
-the newest complete one. The manifest also pins the job id and the model fingerprint so a
-directory from another job or another model fails with a clear error instead of a shape error.
+the newest complete one. The manifest also pins the job's identity (its key, unique across
+coordinators and state directories) and the model fingerprint, so a directory from another job
+or another model fails with a clear error instead of resuming someone else's training.
 """
 
 from __future__ import annotations
@@ -42,6 +43,11 @@ class Manifest:
     files: dict[str, int]  # relative path → size in bytes
     position: dict[str, Any] = field(default_factory=dict)  # framework data position
     created: float = 0.0
+    job_key: str = ""  # the job's unique identity ("" in manifests older than it)
+
+    @property
+    def owner(self) -> str:
+        return self.job_key or self.job_id
 
     @property
     def bytes(self) -> int:
@@ -88,9 +94,10 @@ def _wait_for_pause_hook() -> None:
 class CheckpointStore:
     """The checkpoint directory of one job: atomic saves, newest-complete restores, pruning."""
 
-    def __init__(self, root: Path, job_id: str, keep: int = 3) -> None:
+    def __init__(self, root: Path, job_key: str, keep: int = 3, job_id: str | None = None) -> None:
         self.root = root
-        self.job_id = job_id
+        self.job_key = job_key
+        self.job_id = job_id or job_key  # the short display id, recorded beside the key
         self.keep = keep
 
     def complete(self) -> list[Checkpoint]:
@@ -129,6 +136,7 @@ class CheckpointStore:
         manifest = Manifest(
             step=step,
             job_id=self.job_id,
+            job_key=self.job_key,
             fingerprint=fingerprint(described),
             variables=list(described),
             files=files,
@@ -162,10 +170,11 @@ class CheckpointStore:
     def check_compatible(self, ckpt: Checkpoint, described: Sequence[str]) -> None:
         """Raise CheckpointError naming the difference if ``ckpt`` is not ours to restore."""
         m = ckpt.manifest
-        if m.job_id != self.job_id:
+        if m.owner != self.job_key:
             raise CheckpointError(
-                f"{ckpt.path} belongs to job {m.job_id!r}, not {self.job_id!r}: "
-                "point TIRESIAS_CHECKPOINT_DIR at this job's own directory"
+                f"{ckpt.path} belongs to another job ({m.owner!r}), not to this one "
+                f"({self.job_key!r}); refusing to resume from it: point "
+                "TIRESIAS_CHECKPOINT_DIR at this job's own directory, or remove that one"
             )
         if m.fingerprint != fingerprint(described):
             ours, theirs = list(described), m.variables

@@ -16,6 +16,7 @@ from pathlib import Path
 
 COORDINATOR = "TIRESIAS_COORDINATOR"
 JOB_ID = "TIRESIAS_JOB_ID"
+JOB_KEY = "TIRESIAS_JOB_KEY"  # unique across coordinators: names checkpoints and logs
 ROLE = "TIRESIAS_ROLE"
 TASK_INDEX = "TIRESIAS_TASK_INDEX"
 NUM_WORKERS = "TIRESIAS_NUM_WORKERS"
@@ -48,6 +49,7 @@ class LaunchEnv:
 
     coordinator: str | None
     job_id: str
+    job_key: str  # the job's identity in checkpoints (the job id in pass-through mode)
     role: str
     task_index: int
     num_workers: int
@@ -155,6 +157,7 @@ def parse(env: Mapping[str, str] | None = None) -> LaunchEnv:
     return LaunchEnv(
         coordinator=coordinator,
         job_id=job_id or _script_name(),
+        job_key=env.get(JOB_KEY) or job_id or _script_name(),
         role=role,
         task_index=task_index,
         num_workers=num_workers,

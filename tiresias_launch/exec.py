@@ -1,8 +1,9 @@
 """``python -m tiresias_launch.exec script.py args…``: run a training script preemptibly.
 
-Installs the preemption signal handlers before anything slow is imported (a signal during
-TensorFlow's import is remembered, not fatal), hosts or awaits the Horovod rendezvous, patches
-Keras ``fit`` (unmodified scripts become preemptible), then runs the script as ``__main__``.
+Installs the preemption signal handlers before anything slow is imported, says at start when
+the script has nothing checkpointable (then the signals keep their default action), hosts or
+awaits the Horovod rendezvous, patches Keras ``fit`` (unmodified scripts become preemptible),
+then runs the script as ``__main__``.
 """
 
 from __future__ import annotations
@@ -11,8 +12,10 @@ import os
 import runpy
 import sys
 import traceback
+from pathlib import Path
 
 from tiresias_launch import keras
+from tiresias_launch.checkpointable import why_not
 from tiresias_launch.env import EnvError
 from tiresias_launch.runtime import get_runtime
 
@@ -44,6 +47,9 @@ def main(argv: list[str] | None = None) -> int:
                 f"tiresias_launch.exec: horovod mode needs Horovod with Gloo: {e}", file=sys.stderr
             )
             return 2
+    why = why_not(Path(script))
+    if why is not None:
+        rt.cannot_checkpoint(why)
     keras.install()
     sys.path[0] = os.path.dirname(os.path.abspath(script))
     code = 0

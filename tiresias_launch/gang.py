@@ -80,12 +80,15 @@ def plan(
     *,
     hosts: Mapping[str, str] | None = None,
     python: str = sys.executable,
+    job_key: str | None = None,
 ) -> list[ProcessSpec]:
     """Processes for one (re)start of ``job_id``, chief first.
 
     ``placement`` maps node name → GPU indices (``Allocation.to_wire()``) and must hold exactly
     ``request.workers`` GPUs; ``ports(node)`` returns a free TCP port on ``node``;
-    ``hosts`` maps node name → address peers use (default: the node name).
+    ``hosts`` maps node name → address peers use (default: the node name); ``job_key`` is
+    the job's identity unique across coordinators (default ``job_id``), which names its
+    checkpoint directory ``checkpoint_root/job_key``.
     """
     slots = [(node, gpu) for node in sorted(placement) for gpu in placement[node]]
     if len(slots) != request.workers:
@@ -95,12 +98,14 @@ def plan(
     if restart < 0:
         raise ValueError(f"restart={restart}: must be >= 0")
     hosts = hosts or {}
+    job_key = job_key or job_id
     base = {
         E.JOB_ID: job_id,
+        E.JOB_KEY: job_key,
         E.MODE: request.mode,
         E.NUM_WORKERS: str(request.workers),
         E.NUM_PS: str(request.ps),
-        E.CHECKPOINT_DIR: str(Path(checkpoint_root) / job_id),
+        E.CHECKPOINT_DIR: str(Path(checkpoint_root) / job_key),
         E.RESTART_COUNT: str(restart),
         "PYTHONUNBUFFERED": "1",
     }

@@ -53,10 +53,30 @@ def _patch_module(module: ModuleType) -> None:
 
     @functools.wraps(original)
     def fit(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if _backs_up_itself(original, self, args, kwargs):
+            return original(self, *args, **kwargs)
         return _PreemptibleFit(original, callback_base, self, args, kwargs).run()
 
     setattr(fit, _PATCHED, True)
     model_cls.fit = fit
+
+
+def _backs_up_itself(original: Callable[..., Any], *call: Any) -> bool:
+    """A ``fit`` with ``keras.callbacks.BackupAndRestore`` restores its own backup when it
+    starts: the runtime then neither restores nor checkpoints that call (never twice, never
+    over the script's own state), and the preemption signal keeps its default action."""
+    model, args, kwargs = call
+    try:
+        callbacks = inspect.signature(original).bind(model, *args, **kwargs).arguments
+    except TypeError:  # a wrong call: let fit itself say what is wrong
+        return False
+    if not any(type(c).__name__ == "BackupAndRestore" for c in callbacks.get("callbacks") or ()):
+        return False
+    get_runtime().cannot_checkpoint(
+        "its fit uses keras.callbacks.BackupAndRestore, so a preemption stops it and it "
+        "resumes from that callback's last backup"
+    )
+    return True
 
 
 class _PatchingLoader(importlib.abc.Loader):

@@ -13,6 +13,7 @@ import logging
 import os
 import threading
 import time
+from collections.abc import Mapping
 from typing import Any
 
 import msgpack
@@ -24,6 +25,24 @@ PROTOCOL_VERSION = 1
 #: How long the last report may wait for an unreachable coordinator (delays the exit).
 FINAL_PATIENCE = 0.25
 log = logging.getLogger(__name__)
+
+
+def checkpoint_line(c: Mapping[str, Any]) -> str:
+    """``checkpoint at step N (epoch e, batch b; X MB in Y s)`` from a report's
+    ``checkpoint``; the epoch is counted from 1 as Keras prints it, the batch is the number of
+    batches of that epoch already done."""
+    where = f"epoch {c['epoch'] + 1}, batch {c['batch']}; " if c.get("epoch") is not None else ""
+    return (
+        f"checkpoint at step {c['step']} ({where}{c['bytes'] / 1e6:.3g} MB in {c['seconds']:.2f} s)"
+    )
+
+
+def resume_line(w: Mapping[str, Any]) -> str:
+    """``resumed from step N (restore Y s, first step Z s)`` from a report's ``warmup``."""
+    return (
+        f"resumed from step {w['step']} "
+        f"(restore {w['restore']:.2f} s, first step {w['first_step']:.2f} s)"
+    )
 
 
 class GpuClock:
@@ -102,7 +121,8 @@ class Reporter:
             self._keepalive = True
 
     def note(self, **fields: Any) -> None:
-        """One-off facts (checkpoint, warmup, skew, tensor_bytes) for the next report."""
+        """One-off facts (checkpoint, warmup, skew, tensor_bytes, checkpointable) for the
+        next report."""
         with self._lock:
             self._pending.update(fields)
 
@@ -132,6 +152,8 @@ class Reporter:
             "skew": pending.get("skew"),
             "tensor_bytes": pending.get("tensor_bytes"),
             "token": e.token,
+            "checkpointable": pending.get("checkpointable"),
+            "checkpointable_why": pending.get("checkpointable_why"),
         }
 
     def _enqueue(self) -> None:

@@ -36,6 +36,7 @@ from coordinator.core.policies import POLICY_NAMES
 from coordinator.service.agent import Agent, discover_gpus, nvml_gpus
 from coordinator.service.client import Client, RequestError, client_keys
 from coordinator.service.coordinator import Coordinator, Options, comma_floats
+from coordinator.service.views import run_events
 
 
 class Embedded:
@@ -169,17 +170,20 @@ def run_job(client: Client, args: argparse.Namespace) -> int:
             print(f"\ntiresias-run: cancelling {job_id}", file=sys.stderr)
 
     previous = signal.signal(signal.SIGINT, on_sigint)
-    state: dict[str, Any] = {}
+    state: dict[str, Any] = {}  # the job's latest status view
+    cancel_sent = False
 
     def finished() -> bool:
-        if cancelled.is_set() and not state.get("cancel_sent"):
+        nonlocal state, cancel_sent
+        if cancelled.is_set() and not cancel_sent:
             client.request("cancel", job_id=job_id)
-            state["cancel_sent"] = True
-        state.update(client.request("status", job_id=job_id)["job"])
+            cancel_sent = True
+        before, state = state, client.request("status", job_id=job_id)["job"]
+        for line in run_events(before, state):
+            print(f"tiresias-run: {line}", file=sys.stderr)
         if state["state"] in FINISHED:
             return True  # said once, with the counts, below
-        if state["state"] != state.get("shown"):
-            state["shown"] = state["state"]
+        if state["state"] != before.get("state"):
             print(f"tiresias-run: {job_id} {state['state']}", file=sys.stderr)
         return False
 

@@ -23,7 +23,7 @@ from typing import Any, NoReturn
 from tiresias_launch import EXIT_CHECKPOINTED
 from tiresias_launch import env as E
 from tiresias_launch.checkpoint import Checkpoint, CheckpointStore
-from tiresias_launch.report import Reporter
+from tiresias_launch.report import Reporter, checkpoint_line, resume_line
 from tiresias_launch.signals import PreemptFlag
 
 #: Agreement may cost at most this share of step time (it sets how often peers agree).
@@ -84,15 +84,25 @@ class Runtime:
 
     def __init__(self, launch_env: E.LaunchEnv | None = None) -> None:
         self.env = launch_env or E.parse()
-        self.flag = PreemptFlag()
+        #: Whether something checkpointable (State, Keras fit) has restored through us: only
+        #: then does the preemption signal mean "stop at the next boundary".
+        self.claimed = False
+        self.flag = PreemptFlag(lambda: self.claimed)
         self.install_signal_handlers()
         self.store = CheckpointStore(
-            self.env.checkpoint_dir, self.env.job_id, keep=self.env.keep_checkpoints
+            self.env.checkpoint_dir,
+            self.env.job_key,
+            keep=self.env.keep_checkpoints,
+            job_id=self.env.job_id,
         )
         self.reporter = Reporter(self.env)
         atexit.register(self.reporter.close)  # last report of scripts not run through exec
         self.started = process_start_time()
         self.restored_step: int | None = None
+        self._resumed: Checkpoint | None = None
+        #: Called when the script returns normally after the preemption signal (its loop had
+        #: already ended): a last checkpoint, so that exit becomes a resumable 75.
+        self.save_at_exit: Callable[[], object] | None = None
         self.agreement: Agreement | None = None
         self.barrier: Callable[[], None] | None = None
         self._warmup: dict[str, float] | None = None
@@ -107,17 +117,45 @@ class Runtime:
         if threading.current_thread() is threading.main_thread():
             self.flag.install(self.env.preempt_signals)
 
+    def cannot_checkpoint(self, why: str) -> None:
+        """Nothing in this process can be checkpointed: say so once, tell the coordinator,
+        and leave the preemption signals' default action alone (a preemption stops the
+        process as it would stop a plain run)."""
+        if self.env.is_chief:
+            self.say(f"this job cannot be checkpointed: {why}")
+        self.reporter.note(checkpointable=False, checkpointable_why=why)
+        if threading.current_thread() is threading.main_thread():
+            self.flag.release(self.env.preempt_signals)
+
+    def say(self, text: str) -> None:
+        """One line for people, in the job's own log."""
+        print(f"tiresias: {text}", flush=True)
+
+    def claim(self) -> None:
+        """From now on this process is checkpointable (a State or a Keras fit restored, or a
+        loop asks :meth:`should_stop`): the preemption signal stops it at a boundary."""
+        if not self.claimed:
+            self.claimed = True
+            self.install_signal_handlers()
+            self.reporter.note(checkpointable=True, checkpointable_why=None)
+
     # -- resume -------------------------------------------------------------------------
     def restore(
         self, described: Sequence[str], read: Callable[[Checkpoint], None]
     ) -> Checkpoint | None:
         """Restore the newest usable checkpoint (every process reads it) and time it."""
+        self.claim()
         t0 = time.time()
         if self.env.is_chief:
             self.store.remove_stale_temporaries()
         ckpt = self.store.restore(described, read)
         self.restored_step = ckpt.manifest.step if ckpt else 0
-        self._warmup = {"build": t0 - self.started, "restore": time.time() - t0}
+        self._resumed = ckpt
+        self._warmup = {
+            "build": t0 - self.started,
+            "restore": time.time() - t0,
+            "step": self.restored_step,
+        }
         return ckpt
 
     # -- every iteration ----------------------------------------------------------------
@@ -126,6 +164,8 @@ class Runtime:
         if self._warmup is not None and "first_step" not in self._warmup:
             self._warmup["first_step"] = seconds
             self.reporter.note(warmup=self._warmup)
+            if self._resumed is not None and self.env.is_chief:
+                self.say(resume_line(self._warmup))
         self._steps += 1
         self._step_seconds += seconds
         self.reporter.step_done(step, seconds)
@@ -138,6 +178,8 @@ class Runtime:
 
     def should_stop(self, step: int) -> bool:
         """Whether to stop before running step ``step``; identical on every rank."""
+        if not self.claimed:
+            self.claim()
         while self._at_next_step:
             self._at_next_step.pop(0)()
         if step == self.env.hold_at_step and (self.restored_step or 0) < step:
@@ -173,13 +215,14 @@ class Runtime:
         if self.env.is_chief:
             t0 = time.perf_counter()
             ckpt = self.store.save(step, described, write, position)
-            self.reporter.note(
-                checkpoint={
-                    "seconds": time.perf_counter() - t0,
-                    "bytes": ckpt.manifest.bytes,
-                    "step": step,
-                }
-            )
+            facts = {
+                "seconds": time.perf_counter() - t0,
+                "bytes": ckpt.manifest.bytes,
+                "step": step,
+                **{k: v for k, v in (position or {}).items() if k in ("epoch", "batch")},
+            }
+            self.reporter.note(checkpoint=facts)
+            self.say(checkpoint_line(facts))
         elif every_rank_writes:
             scratch = Path(tempfile.mkdtemp(prefix="tiresias-scratch-"))
             try:
@@ -204,7 +247,15 @@ class Runtime:
     def exit(self, code: int) -> NoReturn:
         """Flush reports and leave now. ``os._exit`` because we may be deep inside user code
         (a ``fit`` callback) that could swallow SystemExit, and because TensorFlow's
-        collective and gRPC threads can hang a normal interpreter shutdown."""
+        collective and gRPC threads can hang a normal interpreter shutdown.
+
+        A script that returns normally after the preemption signal (its loop ended before a
+        boundary noticed) is not done in the agent's eyes: a one-process job then writes a
+        last checkpoint (``save_at_exit``) and exits 75; the others' exit 0 is reported as
+        preempted without a checkpoint."""
+        if code == 0 and self.flag and self.save_at_exit and not self.env.multi_process:
+            self.save_at_exit()
+            code = EXIT_CHECKPOINTED
         self.reporter.close()
         sys.stdout.flush()
         sys.stderr.flush()

@@ -40,6 +40,7 @@ def main() -> int:
     if rt.env.mode != "ps" or config is None or rt.env.role == "chief":
         print("tiresias_launch.server: only ps/worker tasks of a ps-mode job", file=sys.stderr)
         return 2
+    rt.claim()  # a server stops when told, at the chief's pace: the signal is only noted
     import tensorflow as tf
 
     cluster = tf.train.ClusterSpec(config["cluster"])

@@ -3,21 +3,29 @@
 The handler only stores a Python attribute (async-signal-safe from Python's point of view:
 CPython runs it between bytecodes on the main thread), so a signal arriving in the middle of a
 TensorFlow op never interrupts the op; the training loop notices at the next boundary.
+
+A process can only be stopped at a boundary once something checkpointable (``State``, Keras
+``fit``) has registered with the runtime. Before that (``claimed`` is false) the handler gives
+the signal its default action, so a script with nothing to checkpoint dies as it would under
+plain ``python`` instead of swallowing the preemption and waiting for SIGKILL.
 """
 
 from __future__ import annotations
 
+import os
 import signal
+import sys
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from types import FrameType
 
 
 class PreemptFlag:
     """Remembers which preemption signal arrived first (``None`` until one does)."""
 
-    def __init__(self) -> None:
+    def __init__(self, claimed: Callable[[], bool] = lambda: True) -> None:
         self.received: int | None = None
+        self.claimed = claimed
         self._arrived = threading.Event()
 
     def __bool__(self) -> bool:
@@ -40,5 +48,22 @@ class PreemptFlag:
         for sig in signals:
             signal.signal(sig, self._handle)
 
+    @staticmethod
+    def release(signals: Iterable[signal.Signals]) -> None:
+        """Give ``signals`` back their default action (nothing here can checkpoint)."""
+        for sig in signals:
+            signal.signal(sig, signal.SIG_DFL)
+
     def _handle(self, signum: int, _frame: FrameType | None) -> None:
-        self.set(signum)
+        if self.claimed():
+            self.set(signum)
+            return
+        name = signal.Signals(signum).name
+        print(
+            f"tiresias: {name} before anything checkpointable started; stopping as {name} "
+            "would (nothing was trained since the last checkpoint)",
+            flush=True,
+        )
+        sys.stderr.flush()
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)

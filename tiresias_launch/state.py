@@ -80,6 +80,8 @@ class State:
         self.epoch = int(position.get("epoch", 0))
         self._epoch_start = self.step - int(position.get("batch", 0))
         self._rt.reporter.note(**self._checkpointer.facts(self._rt.env.num_ps))
+        self._rt.save_at_exit = self.save
+        self._by_epoch = "epoch" in position  # the position has epochs once epochs() ran
         State._current = self
 
     @classmethod
@@ -102,6 +104,7 @@ class State:
         """Yield epoch numbers from the restored one up to ``total``. Each epoch starts the
         given loader's epoch (``set_epoch``); the interrupted epoch skips the batches it
         trained before the preemption, so every sample is seen once per epoch."""
+        self._by_epoch = True
         while self.epoch < total:
             self._checkpointer.begin_epoch(self.epoch, self.step - self._epoch_start)
             yield self.epoch
@@ -118,7 +121,9 @@ class State:
 
     def save(self) -> Checkpoint | None:
         """Write a checkpoint of the current step (the chief's copy is kept)."""
-        position = {"step": self.step, "epoch": self.epoch, "batch": self.step - self._epoch_start}
+        position: dict[str, int] = {"step": self.step}
+        if self._by_epoch:
+            position |= {"epoch": self.epoch, "batch": self.step - self._epoch_start}
         return self._checkpointer.save(self._rt, self.step, position)
 
 

@@ -91,6 +91,9 @@ class Job:
     # unknown); they weigh victim choice and the minimum run time (SchedulerConfig).
     checkpoint_cost: float = 0.0
     restore_cost: float = 0.0
+    #: False once the job said it has nothing a preemption could checkpoint: preempting it
+    #: loses all its progress, so queue policies take other jobs' GPUs first.
+    checkpointable: bool = True
     extra: dict[str, object] = field(default_factory=dict)  # shell-owned annotations
 
     @property

@@ -226,14 +226,18 @@ class _Queued(_Timed):
     def _in_queue(self, job: Job) -> Key:
         """Order inside a FIFO queue (``SchedulerConfig.queue_order``): by first start, with
         running jobs first when "running-first" (a waiting job then never preempts a running
-        job of its own queue)."""
+        job of its own queue). Running jobs that cannot be checkpointed come before all
+        others of their queue in either order: when GPUs must be taken from a queue, they
+        are taken from jobs that lose only the steps since their checkpoint first."""
+        running = job.state is JobState.RUNNING
+        protected = running and not job.checkpointable
         if self._running_first:
-            running = job.state is JobState.RUNNING
+            rank = 0 if protected else 1 if running else 2
             if self._cheap_victims:  # the costliest to stop keep their GPUs first
                 cost = job.checkpoint_cost + job.restore_cost if running else 0.0
-                return (not running, -cost, *_fifo_by_start(job))
-            return (not running, *_fifo_by_start(job))
-        return _fifo_by_start(job)
+                return (rank, -cost, *_fifo_by_start(job))
+            return (rank, *_fifo_by_start(job))
+        return (0 if protected else 1, *_fifo_by_start(job))
 
     def _next_change(self, job: Job) -> tuple[float, int] | None:
         last = self.config.queues - 1

@@ -9,6 +9,8 @@ CONTRACT (used by coordinator/service and coordinator/sim; extend, don't change)
     sched.cancel(job_id, now) -> list[Decision]   # [] for a waiting job, [Kill] for a running one
     sched.node_up(node, now) / sched.node_down(name, now) -> list[str] (job ids lost)
     sched.update_skew(job_id, skew)
+    sched.update_checkpointable(job_id, checkpointable, now)  # queue policies take others'
+                                                   # GPUs first (see policies._Queued)
     sched.schedule(now) -> list[Decision]          # one scheduling pass
     sched.next_wakeup(now) -> float | None         # next time the policy wants a pass with no
                                                    # outside event (threshold crossing,
@@ -296,6 +298,15 @@ class Scheduler:
         if not job.state.finished:
             self.policy.changed(job, self._clock if self._clock is not None else 0.0)
 
+    def update_checkpointable(self, job_id: str, checkpointable: bool, now: float) -> None:
+        """Whether the job can be checkpointed (its runtime says so at start); re-files it,
+        since queue policies order running jobs that cannot be checkpointed first."""
+        self._advance(now)
+        job = self._get(job_id)
+        if job.checkpointable != checkpointable and not job.state.finished:
+            job.checkpointable = checkpointable
+            self.policy.changed(job, now)
+
     # ---- scheduling ----------------------------------------------------------------------
 
     def schedule(self, now: float) -> list[Decision]:
@@ -523,8 +534,10 @@ _JOB_SCALARS = [
     "cancel_requested",
     "checkpoint_cost",
     "restore_cost",
+    "checkpointable",
 ]
-_JOB_SCALARS_SINCE = {"checkpoint_cost": 0.0, "restore_cost": 0.0}  # absent from old states
+#: Absent from older states: their defaults.
+_JOB_SCALARS_SINCE = {"checkpoint_cost": 0.0, "restore_cost": 0.0, "checkpointable": True}
 
 
 def _job_to_dict(job: Job) -> dict[str, Any]:

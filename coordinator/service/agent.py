@@ -162,6 +162,11 @@ def log_tail(path: Path, limit: int = LOG_TAIL_BYTES) -> str:
 EXIT_NOT_STARTED = 127
 
 
+#: Exit statuses of a process the preemption signal killed with its default action (a script
+#: with nothing checkpointable): preempted without a checkpoint, not failed.
+PREEMPTION_DEATHS = frozenset(-s for s in (signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2))
+
+
 @dataclass
 class Proc:
     """One process of a part; ``popen`` is None when it could not be started, and then
@@ -200,6 +205,7 @@ class Part:
     failed: bool = False
     chief_done: bool = False
     unprompted_checkpoint: bool = False
+    unprompted_preemption: bool = False  # a process died of a preemption signal we never sent
     reported: dict[str, Any] | None = None
 
     @property
@@ -207,14 +213,25 @@ class Part:
         return [p for p in self.procs if p.code is None]
 
     def outcome(self) -> str:
-        """Part outcome: failed beats everything; then a finished chief; then checkpoints."""
+        """Part outcome: failed beats everything; then a chief that finished before any
+        preemption signal; then checkpoints. A part stopped by the preemption signal is
+        ``checkpointed`` only when its chief exited 75; any other end (killed by the signal
+        or at the deadline, or exit 0 from a framework that caught the signal and returned
+        normally) is ``preempted``: stopped without a checkpoint, to be restarted."""
         if self.failed:
             return "failed"
         codes = [p.code for p in self.procs]
-        if self.chief_done or all(c == 0 for c in codes):
+        if self.chief_done:
             return "completed"
-        if self.stopping == "preempt" or self.unprompted_checkpoint:
+        if self.stopping == "preempt":
+            chief = [p.code for p in self.procs if p.role == "chief"] or codes
+            return "checkpointed" if chief[0] == EXIT_CHECKPOINTED else "preempted"
+        if all(c == 0 for c in codes):
+            return "completed"
+        if self.unprompted_checkpoint:
             return "checkpointed"
+        if self.unprompted_preemption:
+            return "preempted"
         return "killed"
 
 
@@ -324,6 +341,9 @@ class Agent:
             if code == EXIT_CHECKPOINTED:
                 part.unprompted_checkpoint = True
                 self._stop(part, "stop", STOP_GRACE, now)
+            elif code in PREEMPTION_DEATHS:  # preempted from outside Tiresias, by default
+                part.unprompted_preemption = True
+                self._stop(part, "stop", STOP_GRACE, now)
             elif code != 0:
                 part.failed = True
                 self._stop(part, "stop", STOP_GRACE, now)
@@ -432,7 +452,7 @@ class Agent:
             return  # a duplicate launch (resent after a reconnect): never run a job twice
         for p in old.alive if old is not None else ():  # a stale run must not linger
             p.signal(signal.SIGKILL)
-        logdir = self.workdir / "logs" / job_id
+        logdir = self._logdir(msg)
         procs = [
             self._spawn(job_id, restart, logdir, spec, msg["owner"]) for spec in msg["processes"]
         ]
@@ -491,6 +511,10 @@ class Agent:
             path.mkdir(mode=0o700, parents=True, exist_ok=True)
             os.chown(path, owner.uid, owner.gid)
 
+    def _logdir(self, msg: dict[str, Any]) -> Path:
+        """A job's logs live under its key, unique across coordinators (ids restart at j1)."""
+        return self.workdir / "logs" / (msg.get("job_key") or msg["job_id"])
+
     def _part(self, msg: dict[str, Any]) -> Part | None:
         part = self.parts.get(msg["job_id"])
         restart = msg.get("restart")
@@ -500,7 +524,10 @@ class Agent:
 
     def _on_preempt(self, msg: dict[str, Any]) -> None:
         part = self._part(msg)
-        if part is None or part.reported is not None:
+        if part is None:
+            return
+        self._reap(part, time.monotonic())  # an exit before the signal is not a preemption
+        if part.reported is not None or part.stopping is not None:
             return
         try:
             sig = signal.Signals[msg["signal"]]
@@ -517,7 +544,7 @@ class Agent:
         self._stop(part, "kill", grace, time.monotonic(), None if grace else signal.SIGKILL)
 
     def _on_fetch_logs(self, msg: dict[str, Any]) -> None:
-        logdir = self.workdir / "logs" / msg["job_id"]
+        logdir = self._logdir(msg)
         files: dict[str, dict[str, Any]] = {}
         paths = sorted(logdir.glob("*.log")) if logdir.is_dir() else []
         per_file = msg["limit"] // max(1, len(paths))  # ``limit`` is for the whole reply

@@ -206,8 +206,19 @@ class Coordinator:
                     f"use a new --state"
                 )
 
+    def _instance(self) -> str:
+        """This state directory's random identity: job keys ``<job id>-<instance>`` are unique
+        across state directories and coordinators, although every new state starts at j1."""
+        instance = self.store.get_meta("instance")
+        if instance is None:
+            instance = secrets.token_hex(4)
+            with self.store.tx():
+                self.store.set_meta("instance", instance)
+        return instance
+
     def _recover(self, fresh: Scheduler) -> None:
         self._core_options()
+        self.instance = self._instance()
         replayed = self._load_state(fresh)
         # running jobs kept running while we were down: count that time too (wall clock)
         downtime = max(0.0, time.time() - self.store.get_meta("wall", time.time()))
@@ -301,6 +312,10 @@ class Coordinator:
 
     def _save(self, job_id: str) -> None:
         self.store.put_job(job_id, self.records[job_id])
+
+    def _key(self, job_id: str) -> str:
+        """The job's storage key: its checkpoint directory and its log directory on nodes."""
+        return self.records[job_id].get("key") or job_id
 
     # --- loop ---------------------------------------------------------------------------
     def run(self) -> None:
@@ -431,6 +446,7 @@ class Coordinator:
     def _launches(
         self,
         job_id: str,
+        key: str,
         req: dict[str, Any],
         allocation: dict[str, list[int]],
         restart: int,
@@ -442,7 +458,15 @@ class Coordinator:
             tuple(req["argv"]), req["workers"], req.get("ps", 0), req.get("horovod", False)
         )
         specs = plan(
-            gang, job_id, allocation, None, self.opts.checkpoints, restart, port, hosts=hosts
+            gang,
+            job_id,
+            allocation,
+            None,
+            self.opts.checkpoints,
+            restart,
+            port,
+            hosts=hosts,
+            job_key=key,
         )
         by_node: dict[str, list[dict[str, Any]]] = {}
         for s in specs:
@@ -466,6 +490,7 @@ class Coordinator:
             node: protocol.encode(
                 "launch",
                 job_id=job_id,
+                job_key=key,
                 restart=restart,
                 processes=procs,
                 grace=self.opts.grace,
@@ -485,7 +510,10 @@ class Coordinator:
             for i, start in enumerate(range(0, workers, per_node))
         }
         hosts = dict.fromkeys(allocation, host)
-        frames = self._launches("j" * 12, request, allocation, 99999, hosts, lambda _: 65535)
+        job_id = "j" * 12
+        frames = self._launches(
+            job_id, f"{job_id}-{self.instance}", request, allocation, 99999, hosts, lambda _: 65535
+        )
         size = max(map(len, frames.values()))
         if size > protocol.MAX_MESSAGE_BYTES:
             raise protocol.ProtocolError(
@@ -507,6 +535,7 @@ class Coordinator:
         rec = self.records[d.job_id]
         frames = self._launches(
             d.job_id,
+            self._key(d.job_id),
             rec["request"],
             d.allocation.to_wire(),
             job.restarts,
@@ -519,6 +548,7 @@ class Coordinator:
             "decided": None,
             "stopping": None,
             "allocation": d.allocation.to_wire(),
+            "started": self.clock.now(),
         }
         rec["nodes_ever"] = sorted({*rec.get("nodes_ever", []), *frames})
         self._save(d.job_id)
@@ -572,9 +602,12 @@ class Coordinator:
         run["parts"][node] = outcome
         failing = [p for p in processes if p["code"] not in (0, EXIT_CHECKPOINTED, None)]
         if processes:
+            progress = rec.get("progress", {})
             rec["last_exit"] = {
                 "node": node,
                 "outcome": outcome,
+                "restart": run["restart"],
+                "step": progress.get("step") if progress.get("restart") == run["restart"] else None,
                 "processes": [{k: p[k] for k in ("role", "task_index", "code")} for p in processes],
             }
         if outcome == "failed" and run["decided"] != "failed":
@@ -582,8 +615,10 @@ class Coordinator:
             if failing:
                 rec["exit_code"] = failing[0]["code"]
                 rec["log_tail"] = failing[0].get("log_tail") or ""
-        elif outcome in ("completed", "checkpointed", "lost") and run["decided"] is None:
-            run["decided"] = outcome
+        elif outcome in ("completed", "checkpointed", "preempted", "lost") and (
+            run["decided"] is None or (run["decided"], outcome) == ("preempted", "checkpointed")
+        ):
+            run["decided"] = outcome  # the chief's checkpoint counts, however peers ended
         pending = [n for n, o in run["parts"].items() if o is None]
         if run["decided"] is not None and pending and run["stopping"] is None:
             run["stopping"] = "stop"  # the others cannot go on without this part
@@ -601,11 +636,13 @@ class Coordinator:
             outcome = ExitOutcome(decided)
         elif decided == "lost":
             outcome = ExitOutcome.LOST
-        elif decided == "checkpointed" or stopping in ("preempt", "kill"):
-            outcome = ExitOutcome.CHECKPOINTED
+        elif decided in ("checkpointed", "preempted") or stopping in ("preempt", "kill"):
+            outcome = ExitOutcome.CHECKPOINTED  # resumed from its last checkpoint, if any
         else:
             outcome = ExitOutcome.LOST
         self._learn_packlimit(job_id, run)
+        if decided == "preempted":
+            self._count_lost_work(job_id, run)
         rec["run"] = None
         self.deadlines.pop(job_id, None)
         self._core("exited", job_id=job_id, now=self.clock.now(), outcome=outcome.value)
@@ -620,6 +657,27 @@ class Coordinator:
             "job %s restart %d ended: %s → %s", job_id, run["restart"], outcome.value, state.value
         )
         self._dirty = True
+
+    def _count_lost_work(self, job_id: str, run: dict[str, Any]) -> None:
+        """A run stopped by preemption without a checkpoint: its steps since the last
+        checkpoint (all of them, for a job that cannot be checkpointed) will run again."""
+        rec = self.records[job_id]
+        progress = rec.get("progress", {})
+        if progress.get("restart") == run["restart"]:
+            step = progress.get("step") or 0
+            began = (progress.get("warmup") or {}).get("step") or 0
+        else:  # no report from this run: it never got going
+            step = began = 0
+        saved = 0 if rec.get("checkpointable") is False else began
+        saved = max(saved, (progress.get("checkpoint") or {}).get("step") or 0)
+        job = self.sched.job(job_id)
+        seconds = max(0.0, (job.wait_since or self.clock.now()) - run.get("started", 0.0))
+        share = 1.0 if step <= began else min(1.0, max(0, step - saved) / (step - began))
+        lost = rec.setdefault("lost", {"preemptions": 0, "steps": 0, "gpu_seconds": 0.0})
+        lost["preemptions"] += 1
+        lost["steps"] += max(0, step - saved)
+        lost["gpu_seconds"] += job.gpus * seconds * share
+        self.metrics.lost_gpu_seconds.inc(job.gpus * seconds * share)
 
     def _learn_packlimit(self, job_id: str, run: dict[str, Any]) -> None:
         """Feed a finished multi-GPU run (skew, packed or spread, iteration time) to the
@@ -806,6 +864,7 @@ class Coordinator:
             self.next_job += 1
             self.store.set_meta("next_job", self.next_job)
             self.records[job_id] = {
+                "key": f"{job_id}-{self.instance}",
                 "request": request,
                 "submitted": time.time(),
                 "run": None,
@@ -938,7 +997,12 @@ class Coordinator:
             self._to_node(
                 node,
                 protocol.encode(
-                    "fetch_logs", job_id=msg["job_id"], req=req, offsets=mine, limit=limit
+                    "fetch_logs",
+                    job_id=msg["job_id"],
+                    job_key=self._key(msg["job_id"]),
+                    req=req,
+                    offsets=mine,
+                    limit=limit,
                 ),
             )
         if not nodes:
@@ -1041,10 +1105,24 @@ class Coordinator:
                 f"the owner and has not the job's token)"
             )
         progress = rec.setdefault("progress", {})
+        if progress.get("restart") != msg.get("restart"):  # a new run: its own facts only
+            progress.pop("step", None)
         for k in ("step", "iterations", "iter_time", "gpu_time", "checkpoint", "warmup"):
             if msg.get(k) is not None:
                 progress[k] = msg[k]
         progress["restart"] = msg.get("restart")
+        said = msg.get("checkpointable")
+        if (
+            said is not None
+            and msg.get("role") in (None, "chief")
+            and said != rec.get("checkpointable")
+        ):
+            rec["checkpointable"] = said
+            rec["checkpointable_why"] = msg.get("checkpointable_why")
+            with self._atomic():
+                self._core("checkpointable", job_id=job_id, value=said, now=self.clock.now())
+                self._save(job_id)
+            self._dirty = True
         skew = self.skew_estimator(msg, rec["request"].get("ps", 0))
         if skew is not None and skew != rec.get("skew"):
             rec["skew"] = skew

@@ -76,6 +76,8 @@ def apply_event(sched: Scheduler, kind: str, args: dict[str, Any]) -> Any:
         return sched.node_down(args["name"], now)
     if kind == "update_skew":
         return sched.update_skew(args["job_id"], args["skew"])
+    if kind == "checkpointable":
+        return sched.update_checkpointable(args["job_id"], args["value"], now)
     if kind == "packlimit":  # a newly learned PACKLIMIT (skew placement only)
         sched.placement.packlimit = args["value"]
         return None

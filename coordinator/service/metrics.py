@@ -18,6 +18,11 @@ class Metrics:
         self.gpus_total = Gauge("tiresias_gpus_total", "GPUs of nodes that are up", registry=r)
         self.nodes_up = Gauge("tiresias_nodes_up", "Registered live nodes", registry=r)
         self.preemptions = Counter("tiresias_preemptions", "Preemptions decided", registry=r)
+        self.lost_gpu_seconds = Counter(
+            "tiresias_lost_gpu_seconds",
+            "GPU-seconds of work preempted without a checkpoint (run again on restart)",
+            registry=r,
+        )
         self.starts = Counter("tiresias_starts", "Job starts and resumes decided", registry=r)
         self.pass_latency = Histogram(
             "tiresias_scheduling_pass_seconds",

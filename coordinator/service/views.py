@@ -3,10 +3,12 @@ service's records, shared by the coordinator (to answer) and the CLI (to print).
 
 from __future__ import annotations
 
+import signal
 from pathlib import Path
 from typing import Any
 
 from coordinator.core.model import Job, JobState
+from tiresias_launch.report import checkpoint_line, resume_line
 
 
 def job_view(job: Job, rec: dict[str, Any], now: float, rank: int | None) -> dict[str, Any]:
@@ -16,6 +18,7 @@ def job_view(job: Job, rec: dict[str, Any], now: float, rank: int | None) -> dic
     waiting = now - job.wait_since if job.state is JobState.WAITING and job.wait_since else 0.0
     return {
         "job_id": job.job_id,
+        "key": rec.get("key") or job.job_id,
         "name": req.get("name") or Path(req.get("argv", [""])[0]).name,
         "argv": req.get("argv", []),
         "owner": req.get("owner"),
@@ -41,6 +44,9 @@ def job_view(job: Job, rec: dict[str, Any], now: float, rank: int | None) -> dic
         "log_tail": rec.get("log_tail"),
         "last_exit": rec.get("last_exit"),
         "progress": rec.get("progress", {}),
+        "checkpointable": rec.get("checkpointable"),
+        "checkpointable_why": rec.get("checkpointable_why"),
+        "lost": rec.get("lost"),
         "nodes_ever": rec.get("nodes_ever", []),
     }
 
@@ -62,3 +68,75 @@ def node_view(
         "total": len(gpus),
         "used": len(used),
     }
+
+
+def exit_text(last_exit: dict[str, Any] | None) -> str:
+    """How the last run ended, e.g. ``preempted without a checkpoint (chief-0 SIGTERM)``."""
+    if not last_exit:
+        return "-"
+    outcome = {"preempted": "preempted without a checkpoint"}.get(
+        last_exit["outcome"], last_exit["outcome"]
+    )
+    codes = ", ".join(
+        f"{p['role']}-{p['task_index']} {_code(p['code'])}" for p in last_exit["processes"]
+    )
+    return f"{outcome} ({codes})" if codes else outcome
+
+
+def _code(code: int | None) -> str:
+    if code is None:
+        return "?"
+    if code < 0:
+        try:
+            return signal.Signals(-code).name
+        except ValueError:
+            return f"signal {-code}"
+    return f"exit {code}"
+
+
+def checkpoint_text(view: dict[str, Any]) -> str:
+    """The job's newest checkpoint, or why it has none."""
+    if view.get("checkpointable") is False:
+        return f"none: this job cannot be checkpointed: {view.get('checkpointable_why')}"
+    ckpt = (view.get("progress") or {}).get("checkpoint")
+    return checkpoint_line(ckpt) if ckpt else "none yet"
+
+
+def lost_text(lost: dict[str, Any] | None) -> str | None:
+    if not lost:
+        return None
+    n = lost["preemptions"]
+    return (
+        f"{n} preemption{'s' * (n != 1)} without a checkpoint: {lost['steps']} steps, "
+        f"{lost['gpu_seconds']:.1f} GPU·s of work to run again"
+    )
+
+
+def run_events(before: dict[str, Any], now: dict[str, Any]) -> list[str]:
+    """What happened between two status views of a job, as lines for ``tiresias-run``:
+    preemptions, ends of runs (checkpointed or not), restarts and resumes. Told from counters
+    and the last exit, so a state passed between two polls is still told."""
+    job, out = now["job_id"], []
+    if now.get("checkpointable") is False and before.get("checkpointable") is not False:
+        out.append(f"{job} cannot be checkpointed: {now.get('checkpointable_why')}")
+    if now["preemptions"] > before.get("preemptions", 0):
+        step = (before.get("progress") or {}).get("step")
+        if now["state"] == "preempting":
+            step = (now.get("progress") or {}).get("step")
+        out.append(f"{job} preempted by the scheduler" + (f" at step {step}" if step else ""))
+    ended = now.get("last_exit") or {}
+    if ended != (before.get("last_exit") or {}) and ended.get("outcome") != "completed":
+        at = f" at step {ended['step']}" if ended.get("step") else ""  # no steps: none told
+        if ended.get("outcome") == "checkpointed":
+            out.append(f"{job} stopped: {checkpoint_text(now)}")
+        elif ended.get("outcome") == "preempted":
+            again = "step 0" if now.get("checkpointable") is False else "its last checkpoint"
+            out.append(f"{job} stopped{at}: {exit_text(ended)}; it restarts from {again}")
+    again = now["restarts"] > before.get("restarts", 0) or before.get("state") != "running"
+    if now["state"] == "running" and now["restarts"] and again:
+        out.append(f"{job} restarted (restart {now['restarts']})")
+    warm = (now.get("progress") or {}).get("warmup") or {}
+    resumed = now["restarts"] and warm.get("step") and "first_step" in warm
+    if resumed and warm != ((before.get("progress") or {}).get("warmup") or {}):
+        out.append(f"{job} {resume_line(warm)}")
+    return out

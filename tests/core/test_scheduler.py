@@ -584,3 +584,40 @@ def test_pass_looks_only_at_jobs_that_can_matter() -> None:
     s.policy.job = lambda key: looked.append(key[-1]) or job_of(key)  # type: ignore[method-assign]
     assert s.schedule(302) == []
     assert looked == ["wait0"]  # the best waiting job does not fit: nothing else can
+
+
+@pytest.mark.parametrize("order", ["running-first", "first-start"])
+def test_a_job_that_cannot_be_checkpointed_is_the_last_victim_of_its_queue(order: str) -> None:
+    """a and b share Q2; b (started after a) would be the victim, but it cannot be
+    checkpointed, so the newcomer takes a's GPU; the preempted a does not take b's, and the
+    next newcomer takes the GPU of c, the other checkpointable job in Q2."""
+    s = sched(gpus=(2,), queue_thresholds=(10.0,), queue_order=order)
+    s.submit(spec("a", 1, duration=None), 0)
+    s.submit(spec("b", 1, arrival=0.5, duration=None), 0.5)
+    settle(s, 0.5)
+    s.update_checkpointable("b", False, 1.0)
+    assert [s.job(j).queue for j in "ab"] == [0, 0]
+    s.submit(spec("c", 1, arrival=20, duration=None), 20)
+    assert [s.job(j).queue for j in "ab"] == [1, 1]
+    out = settle(s, 20)
+    assert (preempted(out), started(out)) == (["a"], ["c"])
+    assert s.job("b").state is JobState.RUNNING and s.job("a").state is JobState.WAITING
+    s.submit(spec("d", 1, arrival=30, duration=None), 30)  # c has just reached Q2 too
+    out = settle(s, 30)
+    assert (preempted(out), started(out)) == (["c"], ["d"])  # again not b
+
+    control = sched(gpus=(2,), queue_thresholds=(10.0,), queue_order=order)
+    control.submit(spec("a", 1, duration=None), 0)
+    control.submit(spec("b", 1, arrival=0.5, duration=None), 0.5)
+    settle(control, 0.5)
+    control.submit(spec("c", 1, arrival=20, duration=None), 20)
+    assert preempted(settle(control, 20)) == ["b"]  # the later start, when both can be
+
+
+def test_checkpointability_survives_a_snapshot() -> None:
+    s = sched()
+    s.submit(spec("a", 1), 0)
+    settle(s, 0)
+    s.update_checkpointable("a", False, 1.0)
+    restored = Scheduler.from_state(s.export_state(), make_policy("tiresias-l"))
+    assert restored.job("a").checkpointable is False

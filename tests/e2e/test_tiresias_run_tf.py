@@ -65,8 +65,10 @@ class EmbeddedRun:
         return self.client.request("status", job_id=job_id)["job"]
 
     def log(self, job_id: str = JOB, name: str = "chief-0.log") -> str:
-        path = self.state / "agent" / "logs" / job_id / name
-        return path.read_text(errors="replace") if path.exists() else ""
+        # under the job's key <job id>-<state instance>; read from disk, since the embedded
+        # coordinator is gone once tiresias-run has exited
+        logs = self.state / "agent" / "logs"
+        return "".join(p.read_text(errors="replace") for p in logs.glob(f"{job_id}-*/{name}"))
 
     def diagnostics(self) -> str:
         logs = sorted((self.state / "agent" / "logs").glob("*/*.log"))
@@ -186,7 +188,7 @@ def runs_of(log: str) -> list[str]:
 
 def checkpoint_step(run: EmbeddedRun) -> int:
     """The step of the job's only checkpoint: the one it held at until preempted."""
-    ckpts = sorted((run.state / "checkpoints" / JOB).glob("ckpt-*"))
+    ckpts = sorted((run.state / "checkpoints").glob(f"{JOB}-*/ckpt-*"))
     assert len(ckpts) == 1, f"expected one checkpoint, found {ckpts}\n{run.diagnostics()}"
     manifest = json.loads((ckpts[0] / "MANIFEST.json").read_text())
     assert int(manifest["step"]) == run.hold_at, run.diagnostics()

@@ -81,9 +81,26 @@ def test_first_start_restores_nothing(tmp_path: Path) -> None:
 
 
 def test_other_job_is_a_clear_error(tmp_path: Path) -> None:
-    CheckpointStore(tmp_path, "job-a").save(1, MODEL, _writer(b"a"))
-    with pytest.raises(CheckpointError, match="belongs to job 'job-a', not 'job-b'"):
-        CheckpointStore(tmp_path, "job-b").restore(MODEL, lambda c: None)
+    CheckpointStore(tmp_path, "j1-aaaa", job_id="j1").save(1, MODEL, _writer(b"a"))
+    manifest = json.loads(next(tmp_path.glob("ckpt-*/MANIFEST.json")).read_text())
+    assert (manifest["job_id"], manifest["job_key"]) == ("j1", "j1-aaaa")
+    # the same short id from another coordinator (a fresh --state) is another job
+    with pytest.raises(
+        CheckpointError,
+        match=r"belongs to another job \('j1-aaaa'\), not to this one \('j1-bbbb'\)",
+    ):
+        CheckpointStore(tmp_path, "j1-bbbb", job_id="j1").restore(MODEL, lambda c: None)
+
+
+def test_manifest_without_identity_is_foreign(tmp_path: Path) -> None:
+    """A manifest written before job keys existed names only the short id: never ours."""
+    CheckpointStore(tmp_path, "j1").save(1, MODEL, _writer(b"a"))
+    path = next(tmp_path.glob("ckpt-*/MANIFEST.json"))
+    raw = json.loads(path.read_text())
+    del raw["job_key"]
+    path.write_text(json.dumps(raw))
+    with pytest.raises(CheckpointError, match="belongs to another job"):
+        CheckpointStore(tmp_path, "j1-cccc", job_id="j1").restore(MODEL, lambda c: None)
 
 
 def test_other_model_names_the_first_difference(tmp_path: Path) -> None:

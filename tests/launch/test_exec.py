@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from helpers import wait_until
+
+from tiresias_launch.checkpointable import why_not
 
 
 def _run(args: list[str], cwd: Path, **env: str) -> subprocess.CompletedProcess[str]:
@@ -33,7 +37,63 @@ def test_runs_script_as_main_with_its_arguments(tmp_path: Path) -> None:
     )
     done = _run(["-m", "tiresias_launch.exec", str(script), "3", "x"], tmp_path)
     assert done.returncode == 3, done.stderr
-    assert done.stdout.strip() == f"['3', 'x'] {tmp_path / 'tiresias-checkpoints' / 'train_me'}"
+    assert done.stdout.splitlines()[-1] == (
+        f"['3', 'x'] {tmp_path / 'tiresias-checkpoints' / 'train_me'}"
+    )
+
+
+#: A custom loop with nothing checkpointable (no State, no fit), as users write them.
+PLAIN_LOOP = """
+import pathlib, sys, time
+step = 0
+while True:
+    step += 1
+    if step == 3:
+        pathlib.Path(sys.argv[1]).touch()
+    time.sleep(0.01)
+"""
+
+
+def test_nothing_checkpointable_is_said_and_sigterm_keeps_its_default(tmp_path: Path) -> None:
+    """SIGTERM stops it as it stops a plain run (it used to be swallowed until SIGKILL)."""
+    script, ready = tmp_path / "loop.py", tmp_path / "ready"
+    script.write_text(PLAIN_LOOP)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tiresias_launch.exec", str(script), str(ready)],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        text=True,
+        env={k: v for k, v in os.environ.items() if not k.startswith("TIRESIAS_")},
+    )
+    try:
+        wait_until(ready.exists, 30, "the loop to run")
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(10) == -signal.SIGTERM
+    finally:
+        proc.kill()
+    out = proc.stdout.read() if proc.stdout else ""
+    assert out.count("tiresias: this job cannot be checkpointed: loop.py uses no") == 1, out
+
+
+@pytest.mark.parametrize(
+    ("source", "verdict"),
+    [
+        ("import tiresias\nstate = tiresias.State(model=m)\n", None),
+        ("from tiresias import preemptible\n@preemptible\ndef step(): ...\n", None),
+        ("model.fit(x, y, epochs=2)\n", None),
+        ("import signal\nsignal.signal(signal.SIGTERM, on_term)\n", None),
+        ("for step in range(10):\n    train_step()\n", "restarts from step 0"),
+        (
+            "m = tf.train.CheckpointManager(ckpt, d, 3)\nfor s in range(9): step()\n",
+            "resumes from its own last CheckpointManager save",
+        ),
+    ],
+)
+def test_what_counts_as_checkpointable(tmp_path: Path, source: str, verdict: str | None) -> None:
+    script = tmp_path / "train.py"
+    script.write_text(source)
+    why = why_not(script)
+    assert why == verdict if verdict is None else verdict in (why or "")
 
 
 @pytest.mark.parametrize(

@@ -85,7 +85,8 @@ def test_custom_loop_survives_preemption_and_a_killed_checkpoint(tmp_path: Path)
     assert len(saved) == 1 and saved[0]["step"] == 6 and saved[0]["bytes"] > 0, (reports, a.tails())
     assert any(m["tensor_bytes"] == [8 * 16 * 4, 16 * 4, 16 * 4, 4] for m in by_restart[0])
     warmups = [m["warmup"] for m in by_restart[2] if m["warmup"]]
-    assert len(warmups) == 1 and set(warmups[0]) == {"build", "restore", "first_step"}
+    assert len(warmups) == 1 and set(warmups[0]) == {"build", "restore", "first_step", "step"}
+    assert warmups[0]["step"] == 6  # resumed from
     assert warmups[0]["build"] > 0 and warmups[0]["restore"] > 0
     assert max(m["step"] for m in by_restart[2]) == 20
     assert sum(m["iterations"] for m in by_restart[2]) == 14

@@ -13,8 +13,10 @@ FOREVER = "1000000"
 
 
 def agent_log(cluster: Cluster, node: str, job_id: str, name: str = "chief-0") -> str:
-    path = cluster.tmp / "agents" / node / "logs" / job_id / f"{name}.log"
-    return path.read_text() if path.exists() else ""
+    """The log under the job's key (``<job id>-<state instance>``), read without asking the
+    coordinator (it may be down)."""
+    paths = (cluster.tmp / "agents" / node / "logs").glob(f"{job_id}-*/{name}.log")
+    return "".join(p.read_text() for p in paths)
 
 
 def test_coordinator_kill9_and_restart_loses_nothing(cluster: Cluster) -> None:

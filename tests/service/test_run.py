@@ -57,8 +57,13 @@ def test_ctrl_c_cancels_the_job(tmp_path: Path) -> None:
         "0.02",
         cwd=tmp_path,
     )
-    log = state / "agent" / "logs" / "j1" / "chief-0.log"
-    wait_until(lambda: log.exists() and "step 3" in log.read_text(), 30, "the job to run")
+    logs = state / "agent" / "logs"  # per job key: <job id>-<state's instance id>
+    wait_until(
+        lambda: any("step 3" in p.read_text() for p in logs.glob("j1-*/chief-0.log")),
+        30,
+        "the job to run",
+    )
+    [log] = logs.glob("j1-*/chief-0.log")
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=30)
     assert proc.returncode == 130, err

@@ -1,0 +1,348 @@
+"""Custom training loops, written as users write them, preempted under ``tiresias-run``.
+
+With ``tiresias.State`` (``scripts/custom_loop_state.py``) a preemption, whether a SIGTERM
+sent to the process or the scheduling policy, resumes exactly: the same losses, weights and
+optimizer iteration count as an uninterrupted run under ``tiresias-run``, and the job log and
+``tiresias-run`` say where it checkpointed and resumed. The step is drawn from a seeded
+generator and pinned with ``TIRESIAS_HOLD_AT_STEP``.
+
+Without anything checkpointable (``scripts/custom_loop_plain.py``, the TensorFlow tutorial
+loop) the documented fallback holds: the log says once per start that the job cannot be
+checkpointed, SIGTERM keeps its default action (the process dies at once, long before the
+grace period), the job restarts from step 0, and ``tiresias status`` says why. There is
+nothing for the hold hook to hold, so these runs train "forever" and are cancelled once the
+restart is seen. A framework that catches SIGTERM and returns normally
+(``scripts/catches_sigterm.py``, as Lightning does) is restarted, never ``completed``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import re
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from helpers import FAKE_JOB, free_port, wait_until
+
+from coordinator.cli import format_job
+from coordinator.service.client import Client
+
+SCRIPTS = Path(__file__).parent / "scripts"
+#: Q1 → Q2 threshold (GPU-seconds): the job under test passes it while it starts.
+THRESHOLD = 5.0
+#: Long enough that a swallowed SIGTERM would make the test time out instead of pass.
+GRACE = "600"
+TIMEOUT = 300.0
+STEPS = 40
+
+
+@dataclass
+class Run:
+    """One ``tiresias-run`` with its embedded coordinator, for job j1."""
+
+    proc: subprocess.Popen[bytes]
+    address: str
+    state: Path
+    err: Path
+    client: Client
+
+    def job(self, job_id: str = "j1") -> dict[str, Any]:
+        return self.client.request("status", job_id=job_id)["job"]
+
+    def log(self, job_id: str = "j1") -> str:
+        """The chief's log, under the job's key ``<job id>-<state instance>`` (read from disk:
+        the embedded coordinator is gone once ``tiresias-run`` has exited)."""
+        logs = self.state / "agent" / "logs"
+        return "".join(p.read_text(errors="replace") for p in logs.glob(f"{job_id}-*/chief-0.log"))
+
+    def runs(self) -> list[str]:
+        """The chief's log split into its starts (the agent heads each with a line)."""
+        return re.split(r"^=== j1 restart \d+ on local ===\n", self.log(), flags=re.M)[1:]
+
+    def stderr(self) -> str:
+        return self.err.read_text(errors="replace")
+
+    def diagnostics(self) -> str:
+        logs = sorted((self.state / "agent" / "logs").glob("*/*.log"))
+        parts = [(str(p.relative_to(self.state)), p.read_text(errors="replace")) for p in logs]
+        parts.append(("tiresias-run stderr", self.stderr()))
+        return "\n".join(f"--- {name} ---\n{text[-3000:]}" for name, text in parts)
+
+    def wait(self, what: str, pred: Any, timeout: float = TIMEOUT) -> None:
+        try:
+            wait_until(pred, timeout, what)
+        except AssertionError as e:
+            raise AssertionError(f"{e}\n{self.diagnostics()}") from None
+
+    def finish(self) -> int:
+        try:
+            return self.proc.wait(TIMEOUT)
+        except subprocess.TimeoutExpired:
+            raise AssertionError("tiresias-run did not finish\n" + self.diagnostics()) from None
+
+    def cli(self, *args: str) -> str:
+        return subprocess.run(
+            [
+                *(sys.executable, "-m", "coordinator.cli", args[0]),
+                *("--coordinator", self.address, *args[1:]),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
+        ).stdout
+
+
+@pytest.fixture
+def tiresias_run(tmp_path: Path) -> Iterator[Any]:
+    runs: list[Run] = []
+
+    def start(*job: str, hold_at: int | None = None, name: str = "run") -> Run:
+        address, state = f"tcp://127.0.0.1:{free_port()}", tmp_path / name
+        err = tmp_path / f"{name}.err"
+        env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONUNBUFFERED": "1"}
+        env.pop("TIRESIAS_HOLD_AT_STEP", None)
+        if hold_at is not None:
+            env["TIRESIAS_HOLD_AT_STEP"] = str(hold_at)
+        with (tmp_path / f"{name}.out").open("wb") as out, err.open("wb") as errf:
+            proc = subprocess.Popen(
+                [
+                    *(sys.executable, "-m", "tiresias_launch.run", "--bind", address),
+                    *("--state", str(state), "--grace", GRACE, "--thresholds", str(THRESHOLD)),
+                    *job,
+                ],
+                stdout=out,
+                stderr=errf,
+                cwd=tmp_path,
+                env=env,
+            )
+        run = Run(proc, address, state, err, Client(address, None, timeout=30))
+        runs.append(run)
+        return run
+
+    yield start
+    for run in runs:
+        run.client.close()
+        if run.proc.poll() is None:
+            run.proc.kill()  # its embedded agent's jobs die with it
+            run.proc.wait()
+
+
+def job_pid(marker: str) -> int:
+    """The pid of the job process (``tiresias_launch.exec``) whose command line has
+    ``marker``: what an operator's ``kill`` would target."""
+    for proc in Path("/proc").iterdir():
+        try:
+            argv = (proc / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"tiresias_launch.exec" in argv and marker.encode() in argv:
+            return int(proc.name)
+    raise AssertionError(f"no job process with {marker!r} in its command line")
+
+
+def submit_competitor(run: Run) -> None:
+    """A short one-GPU job: it lands in Q1 and the scheduler preempts j1 (in Q2) for it."""
+    out = run.cli("submit", "--json", str(FAKE_JOB), "--steps", "3", "--step-time", "0.05")
+    assert json.loads(out)["job_id"] == "j2"
+
+
+def losses(text: str) -> list[tuple[int, str]]:
+    return [(int(s), v) for s, v in re.findall(r"^step (\d+) loss (\S+)$", text, flags=re.M)]
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """An uninterrupted run of the State loop under ``tiresias-run``."""
+    tmp = tmp_path_factory.mktemp("reference")
+    results = tmp / "results.json"
+    done = subprocess.run(
+        [
+            *(sys.executable, "-m", "tiresias_launch.run", "--state", str(tmp / "state")),
+            *(str(SCRIPTS / "custom_loop_state.py"), str(results), str(STEPS)),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+        cwd=tmp,
+        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "TIRESIAS_HOLD_AT_STEP": ""},
+    )
+    assert done.returncode == 0, done.stderr
+    return {"results": json.loads(results.read_text()), "losses": losses(done.stdout)}
+
+
+def assert_resumed_exactly(run: Run, results: Path, k: int, reference: dict[str, Any]) -> None:
+    """Same losses (steps 0…k-1, then k…end), weights and iterations as uninterrupted; the
+    job log and ``tiresias-run`` say where it checkpointed and resumed."""
+    assert run.finish() == 0, run.diagnostics()
+    first, second = run.runs()
+    assert [s for s, _ in losses(first)] == list(range(k))
+    assert [s for s, _ in losses(second)] == list(range(k, STEPS))
+    assert losses(first) + losses(second) == reference["losses"]
+    assert json.loads(results.read_text()) == reference["results"]
+    assert reference["results"]["iterations"] == STEPS
+    assert re.search(rf"^tiresias: checkpoint at step {k} \([\d.]+ MB in [\d.]+ s\)$", first, re.M)
+    assert re.search(
+        rf"^tiresias: resumed from step {k} \(restore [\d.]+ s, first step [\d.]+ s\)$",
+        second,
+        re.M,
+    )
+    err = run.stderr()
+    assert f"j1 stopped: checkpoint at step {k} (" in err, err
+    assert "j1 restarted (restart 1)" in err and f"j1 resumed from step {k} (restore" in err, err
+
+
+def assert_status_names_the_checkpoint(run: Run, k: int) -> None:
+    """What ``tiresias status j1`` prints while the job restarts (its coordinator lives as
+    long as the job: the resumed run is still importing TensorFlow)."""
+    run.wait("the restart", lambda: run.job()["restarts"] == 1)
+    status = format_job(run.job())
+    assert f"checkpoint at step {k} (" in status and "{" not in status, status
+
+
+@pytest.mark.tf
+@pytest.mark.parametrize("by", ["sigterm", "policy"])
+def test_state_loop_resumes_exactly(
+    tiresias_run: Any, tmp_path: Path, reference: dict[str, Any], by: str
+) -> None:
+    """Preempted at a drawn step by an operator's ``kill`` or by the scheduler."""
+    k = random.Random(f"state-{by}").randrange(1, STEPS)
+    results = tmp_path / "results.json"
+    run = tiresias_run(str(SCRIPTS / "custom_loop_state.py"), str(results), str(STEPS), hold_at=k)
+
+    def holding_in_q2() -> bool:
+        job = run.job()  # and its step reported, so the preemption can be told with it
+        return job["queue"] == 1 and job["progress"].get("step") == k
+
+    run.wait("the job to hold in Q2", lambda: f"holding at step {k} until" in run.log())
+    run.wait("the job in Q2", holding_in_q2)
+    if by == "sigterm":
+        os.kill(job_pid(str(results)), signal.SIGTERM)
+    else:
+        submit_competitor(run)
+    assert_status_names_the_checkpoint(run, k)
+    assert_resumed_exactly(run, results, k, reference)
+    told = f"j1 preempted by the scheduler at step {k}" in run.stderr()
+    assert told == (by == "policy"), run.stderr()
+
+
+NOT_CHECKPOINTABLE = (
+    "tiresias: this job cannot be checkpointed: custom_loop_plain.py uses no tiresias.State, "
+    "@tiresias.preemptible or Keras fit; a preemption stops it and it restarts from step 0"
+)
+
+
+def assert_restarted_from_zero(run: Run) -> None:
+    """The fallback: killed by SIGTERM's default action, restarted from the first epoch, said
+    in the log (once per start), by ``tiresias-run`` and by ``tiresias status``."""
+    run.wait("the restart to train", lambda: len(run.runs()) == 2 and "epoch 0 " in run.runs()[1])
+    first, second = run.runs()
+    for text in (first, second):
+        assert text.count(NOT_CHECKPOINTABLE) == 1, text
+    assert "epoch 2 loss" in first and second.split("epoch")[1].startswith(" 0 loss"), second
+    job = run.job()
+    assert job["checkpointable"] is False and job["restarts"] == 1
+    assert job["lost"]["preemptions"] == 1 and job["lost"]["gpu_seconds"] > 0, job
+    err = run.stderr()
+    assert "j1 cannot be checkpointed: custom_loop_plain.py uses no tiresias.State" in err, err
+    assert (
+        "j1 stopped: preempted without a checkpoint (chief-0 SIGTERM); "
+        "it restarts from step 0" in err
+    ), err
+    status = run.cli("status", "j1")
+    assert "checkpoint none: this job cannot be checkpointed: custom_loop_plain.py" in status
+    assert "last exit  preempted without a checkpoint (chief-0 SIGTERM)" in status, status
+    assert "lost       1 preemption without a checkpoint" in status, status
+    run.cli("cancel", "j1")
+    assert run.finish() == 130
+
+
+@pytest.mark.tf
+def test_plain_loop_killed_by_sigterm_restarts_from_step_0(
+    tiresias_run: Any, tmp_path: Path
+) -> None:
+    results = tmp_path / "results.json"
+    run = tiresias_run(str(SCRIPTS / "custom_loop_plain.py"), str(results), "1000000")
+    run.wait("two epochs", lambda: "epoch 2 loss" in run.log())
+    os.kill(job_pid(str(results)), signal.SIGTERM)
+    assert_restarted_from_zero(run)
+
+
+@pytest.mark.tf
+def test_plain_loop_preempted_by_the_policy_restarts_from_step_0(
+    tiresias_run: Any, tmp_path: Path
+) -> None:
+    results = tmp_path / "results.json"
+    run = tiresias_run(str(SCRIPTS / "custom_loop_plain.py"), str(results), "1000000")
+    run.wait("two epochs in Q2", lambda: "epoch 2 loss" in run.log() and run.job()["queue"] == 1)
+    submit_competitor(run)
+    run.wait("the competitor", lambda: run.job("j2")["state"] == "completed")
+    assert "j1 preempted by the scheduler" in run.stderr()
+    assert_restarted_from_zero(run)
+
+
+def test_a_framework_that_returns_after_sigterm_is_restarted_not_completed(
+    tiresias_run: Any,
+) -> None:
+    """It exits 0 after the preemption signal, with nothing saved: preempted, restarted."""
+    run = tiresias_run(str(SCRIPTS / "catches_sigterm.py"), "1000000")
+    run.wait("the job in Q2", lambda: "step 10" in run.log() and run.job()["queue"] == 1)
+    submit_competitor(run)
+    run.wait("the restart", lambda: len(run.runs()) == 2 and "step 0" in run.runs()[1])
+    first = run.runs()[0]
+    assert "received SIGTERM: stopping training early" in first and "trained " in first
+    job = run.job()
+    assert job["last_exit"]["outcome"] == "preempted", job
+    assert job["last_exit"]["processes"][0]["code"] == 0 and job["state"] == "running"
+    assert "cannot be checkpointed" not in first  # it handles the signal itself
+    run.cli("cancel", "j1")
+    assert run.finish() == 130
+
+
+@pytest.mark.tf
+def test_fit_with_backup_and_restore_is_left_to_its_own_backups(tmp_path: Path) -> None:
+    """By SIGTERM, without a coordinator: the runtime neither restores nor checkpoints a
+    ``fit`` that has ``BackupAndRestore``; SIGTERM kills it, the rerun resumes from the
+    callback's last backup (an epoch end), and only that callback restored anything."""
+    script = SCRIPTS / "fit_backup_and_restore.py"
+    backup, progress = tmp_path / "backup", tmp_path / "progress"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TIRESIAS_")}
+    env |= {"TF_CPP_MIN_LOG_LEVEL": "2", "TIRESIAS_CHECKPOINT_DIR": str(tmp_path / "ckpt")}
+
+    def start(epochs: int, log: Path) -> subprocess.Popen[bytes]:
+        argv = [str(script), str(backup), str(progress), str(epochs)]
+        with log.open("wb") as out:
+            return subprocess.Popen(
+                [sys.executable, "-m", "tiresias_launch.exec", *argv],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                cwd=tmp_path,
+                env=env,
+            )
+
+    first = start(1_000_000, tmp_path / "first.log")
+    try:
+        wait_until(lambda: progress.exists() and progress.read_text(), TIMEOUT, "an epoch")
+        first.send_signal(signal.SIGTERM)
+        assert first.wait(60) == -signal.SIGTERM
+    finally:
+        first.kill()
+    out = (tmp_path / "first.log").read_text()
+    assert out.count("tiresias: this job cannot be checkpointed: its fit uses keras.") == 1, out
+    last = int(progress.read_text().split()[-1])  # the newest epoch backed up
+    assert not (tmp_path / "ckpt").exists()  # the runtime wrote nothing of its own
+
+    second = start(last + 3, tmp_path / "second.log")
+    assert second.wait(TIMEOUT) == 0
+    out = (tmp_path / "second.log").read_text()
+    headers = re.findall(rf"^Epoch (\d+)/{last + 3}$", out, flags=re.M)
+    assert headers[0] == str(last + 2), out  # continued after the backed-up epoch
+    assert "tiresias: resumed" not in out and f"at {(last + 3) * 64} iterations" in out, out

@@ -1,0 +1,131 @@
+"""What people read about preemptions: ``tiresias status JOB`` text and ``tiresias-run``'s
+running commentary, from the status views the coordinator answers with."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from coordinator.cli import format_job
+from coordinator.service.views import run_events
+
+
+def view(**changes: Any) -> dict[str, Any]:
+    base: dict[str, Any] = {
+        "job_id": "j1",
+        "key": "j1-0a1b2c3d",
+        "name": "train.py",
+        "argv": ["train.py"],
+        "state": "running",
+        "exit_code": None,
+        "workers": 1,
+        "ps": 0,
+        "gpus": 1,
+        "queue": 1,
+        "priority": 1,
+        "attained": 12.0,
+        "executed": 12.0,
+        "waiting": 0.0,
+        "skew": None,
+        "placement": {"local": [0]},
+        "restarts": 0,
+        "preemptions": 0,
+        "promotions": 0,
+        "log_tail": None,
+        "last_exit": None,
+        "progress": {"step": 30, "restart": 0, "iter_time": 0.004, "gpu_time": 12.0},
+        "checkpointable": True,
+        "checkpointable_why": None,
+        "lost": None,
+    }
+    return base | changes
+
+
+CHECKPOINT = {"step": 30, "epoch": 1, "batch": 5, "bytes": 2_400_000, "seconds": 0.31}
+WARMUP = {"build": 4.0, "restore": 0.42, "first_step": 1.25, "step": 30}
+EXIT_75 = {
+    "node": "local",
+    "outcome": "checkpointed",
+    "restart": 0,
+    "step": 30,
+    "processes": [{"role": "chief", "task_index": 0, "code": 75}],
+}
+
+
+def test_a_preemption_told_as_it_happens() -> None:
+    running = view()
+    preempting = view(state="preempting", preemptions=1)
+    waiting = view(
+        state="waiting",
+        preemptions=1,
+        restarts=1,
+        last_exit=EXIT_75,
+        progress={**running["progress"], "checkpoint": CHECKPOINT},
+    )
+    resumed = view(
+        restarts=1,
+        preemptions=1,
+        last_exit=EXIT_75,
+        progress={"step": 31, "restart": 1, "checkpoint": CHECKPOINT, "warmup": WARMUP},
+    )
+    said = [run_events(a, b) for a, b in [({}, running), (running, preempting)]]
+    said += [run_events(preempting, waiting), run_events(waiting, resumed)]
+    assert said == [
+        [],
+        ["j1 preempted by the scheduler at step 30"],
+        ["j1 stopped: checkpoint at step 30 (epoch 2, batch 5; 2.4 MB in 0.31 s)"],
+        [
+            "j1 restarted (restart 1)",
+            "j1 resumed from step 30 (restore 0.42 s, first step 1.25 s)",
+        ],
+    ]
+    assert run_events(resumed, resumed) == []  # each said once
+    text = format_job(resumed)
+    assert "checkpoint at step 30 (epoch 2, batch 5; 2.4 MB in 0.31 s)" in text
+    assert "resumed    from step 30 (restore 0.42 s, first step 1.25 s)" in text
+    assert "last exit  checkpointed (chief-0 exit 75)" in text
+    assert "{" not in text
+
+
+def test_a_job_that_cannot_be_checkpointed_says_so() -> None:
+    why = "train.py uses no tiresias.State, @tiresias.preemptible or Keras fit"
+    before = view(checkpointable=None)
+    now = view(checkpointable=False, checkpointable_why=why)
+    assert run_events(before, now) == [f"j1 cannot be checkpointed: {why}"]
+    ended = view(
+        state="waiting",
+        checkpointable=False,
+        checkpointable_why=why,
+        restarts=1,
+        last_exit={
+            "node": "local",
+            "outcome": "preempted",
+            "restart": 0,
+            "step": 30,
+            "processes": [{"role": "chief", "task_index": 0, "code": -15}],
+        },
+        lost={"preemptions": 1, "steps": 30, "gpu_seconds": 12.0},
+    )
+    assert run_events(now, ended) == [
+        "j1 stopped at step 30: preempted without a checkpoint (chief-0 SIGTERM); "
+        "it restarts from step 0"
+    ]
+    text = format_job(ended)
+    assert f"checkpoint none: this job cannot be checkpointed: {why}" in text
+    assert "lost       1 preemption without a checkpoint: 30 steps, 12.0 GPU·s" in text
+
+
+def test_states_passed_between_two_polls_are_still_told() -> None:
+    """Preempted, checkpointed and running again within one poll interval."""
+    before = view()
+    now = view(
+        restarts=1,
+        preemptions=1,
+        last_exit=EXIT_75,
+        progress={"step": 31, "restart": 1, "checkpoint": CHECKPOINT, "warmup": WARMUP},
+    )
+    assert run_events(before, now) == [
+        "j1 preempted by the scheduler at step 30",
+        "j1 stopped: checkpoint at step 30 (epoch 2, batch 5; 2.4 MB in 0.31 s)",
+        "j1 restarted (restart 1)",
+        "j1 resumed from step 30 (restore 0.42 s, first step 1.25 s)",
+    ]
