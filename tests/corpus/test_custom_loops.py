@@ -17,6 +17,7 @@ restart is seen. A framework that catches SIGTERM and returns normally
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import random
@@ -30,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import FAKE_JOB, free_port, wait_until
+from helpers import FAKE_JOB, wait_until
 
 from coordinator.cli import format_job
 from coordinator.service.client import Client
@@ -106,7 +107,8 @@ def tiresias_run(tmp_path: Path) -> Iterator[Any]:
     runs: list[Run] = []
 
     def start(*job: str, hold_at: int | None = None, name: str = "run") -> Run:
-        address, state = f"tcp://127.0.0.1:{free_port()}", tmp_path / name
+        state = tmp_path / name
+        address = f"ipc://{state}/coordinator.sock"  # users known by uid, no keys needed
         err = tmp_path / f"{name}.err"
         env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONUNBUFFERED": "1"}
         env.pop("TIRESIAS_HOLD_AT_STEP", None)
@@ -346,3 +348,28 @@ def test_fit_with_backup_and_restore_is_left_to_its_own_backups(tmp_path: Path) 
     headers = re.findall(rf"^Epoch (\d+)/{last + 3}$", out, flags=re.M)
     assert headers[0] == str(last + 2), out  # continued after the backed-up epoch
     assert "tiresias: resumed" not in out and f"at {(last + 3) * 64} iterations" in out, out
+
+
+@pytest.mark.tf
+@pytest.mark.horovod
+@pytest.mark.skipif(importlib.util.find_spec("horovod") is None, reason="needs Horovod")
+def test_horovod_custom_loop_dies_by_sigterm_and_restarts_from_step_0(
+    tiresias_run: Any,
+) -> None:
+    """Horovod's tensorflow2_mnist.py on a Gloo gang of 2, preempted by the policy: both
+    ranks die of SIGTERM as under ``horovodrun`` (not after the grace period), and the gang
+    starts again from step 0."""
+    run = tiresias_run(
+        "--horovod", "--workers", "2", str(SCRIPTS / "horovod_tf2_mnist.py"), "1000000000"
+    )
+    run.wait("steps in Q2", lambda: "Step #20\t" in run.log() and run.job()["queue"] == 1)
+    submit_competitor(run)
+    run.wait("the restart", lambda: len(run.runs()) == 2 and "Step #0\t" in run.runs()[1])
+    first = run.runs()[0]
+    assert first.count("tiresias: this job cannot be checkpointed: horovod_tf2_mnist.py") == 1
+    job = run.job()
+    assert job["checkpointable"] is False and job["last_exit"]["outcome"] == "preempted", job
+    codes = {(p["role"], p["code"]) for p in job["last_exit"]["processes"]}
+    assert codes == {("chief", -signal.SIGTERM), ("worker", -signal.SIGTERM)}, job
+    run.cli("cancel", "j1")
+    assert run.finish() == 130
