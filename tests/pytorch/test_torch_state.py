@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 from helpers import wait_until
-from launch.gangs import start
+from launch.gangs import Gang, start
 
 from tiresias_launch import EXIT_CHECKPOINTED
-from tiresias_launch.checkpoint import CheckpointStore
+from tiresias_launch.checkpoint import PAUSE_HOOK, CheckpointStore
 from tiresias_launch.gang import GangRequest
 
 torch = pytest.importorskip("torch", reason="needs PyTorch (the [torch] extra)")
@@ -89,6 +89,47 @@ def test_epoch_loop_with_distributed_sampler_sees_every_sample_once(tmp_path: Pa
             seen = [int(i) for row in rows if row[0] == str(epoch) for i in row[1:-1]]
             assert len(seen) == len(set(seen)) == 48, f"rank {rank} epoch {epoch}: {seen}"
     assert_same_run(plain_dir, preempted_dir)
+
+
+def test_a_checkpoint_killed_mid_write_leaves_the_previous_one(tmp_path: Path) -> None:
+    """Run A checkpoints at step a; run B is SIGKILLed while writing its checkpoint at step
+    b > a (after the data files, before the manifest); run C restores a and the job ends
+    exactly as an uninterrupted one."""
+    argv = (str(SCRIPTS / "ddp_train.py"), str(STEPS), "log-{rank}", "weights.pt")
+    request = GangRequest(argv, workers=1)
+    plain_dir, job_dir = tmp_path / "plain", tmp_path / "job"
+    plain_dir.mkdir()
+    job_dir.mkdir()
+    plain = start(request, plain_dir)
+    assert plain.wait(TIMEOUT) == [0], plain.tails()
+    a, b = 7, 19
+
+    def held_run(restart: int, hold: int, env: dict[str, str]) -> Gang:
+        gang = start(
+            request, job_dir, restart=restart, env={"TIRESIAS_HOLD_AT_STEP": str(hold), **env}
+        )
+        holding = f"tiresias: holding at step {hold} until preempted"
+        wait_until(lambda: holding in gang.logs[0].read_text(), TIMEOUT, f"the hold at {hold}")
+        gang.signal(signal.SIGTERM)
+        return gang
+
+    first = held_run(0, a, {})
+    assert first.wait(TIMEOUT) == [EXIT_CHECKPOINTED], first.tails()
+    hook = tmp_path / "writing"
+    second = held_run(1, b, {PAUSE_HOOK: str(hook)})
+    wait_until(hook.exists, TIMEOUT, "run B to be inside its checkpoint write")
+    second.signal(signal.SIGKILL)
+    second.wait(TIMEOUT)
+    [ckpt] = CheckpointStore(job_dir / "ckpt" / "job", "job").complete()
+    assert ckpt.manifest.step == a  # B's half-written one is not complete
+
+    third = start(request, job_dir, restart=2)
+    assert third.wait(TIMEOUT) == [0], third.tails()
+    steps = [int(line.split()[0]) for line in losses(job_dir, 0)]
+    assert steps == [*range(b), *range(a, STEPS)]  # B's steps a…b-1 are done again from a
+    assert losses(job_dir, 0)[b:] == losses(plain_dir, 0)[a:]
+    resumed, reference = torch.load(job_dir / "weights.pt"), torch.load(plain_dir / "weights.pt")
+    assert all(torch.equal(resumed[k], reference[k]) for k in reference)
 
 
 def test_plain_torchrun_script_runs_unchanged(tmp_path: Path) -> None:
