@@ -26,6 +26,7 @@ from ibverbs_tap.profile import (
     environ_of,
     merge_peers,
     read_directory,
+    read_group,
     read_process,
     read_tree,
 )
@@ -33,6 +34,7 @@ from ibverbs_tap.roles import (
     Cluster,
     gang_addresses,
     gang_ps,
+    job_pids,
     label,
     labelled,
     ps_tasks,
@@ -68,10 +70,15 @@ class UsageError(TapError):
     """A bad combination of arguments (exit status 2, like argparse's own errors)."""
 
 
-def _read(pid: int, tree: bool) -> tuple[list[ProcessProfile], list[int]]:
-    """Snapshots of ``pid`` (and with ``tree`` its traced descendants), and the untraced
-    descendants."""
-    return read_tree(pid) if tree else ([read_process(pid)], [])
+def _read(args: argparse.Namespace) -> tuple[list[ProcessProfile], list[int]]:
+    """Snapshots of ``args.pid`` and, with ``--tree``/``--job``, of the traced processes of
+    its gang, and the gang's processes that are not traced."""
+    if args.job:
+        try:
+            return read_group(args.pid, job_pids(args.pid)[1:])
+        except ValueError as e:
+            raise TapError(f"{e} (use --tree)") from None
+    return read_tree(args.pid) if args.tree else ([read_process(args.pid)], [])
 
 
 def _peer_report(peer: Peer, in_window: Peer | None, window: float | None) -> dict[str, Any]:
@@ -194,18 +201,18 @@ def cmd_profile(args: argparse.Namespace) -> int:
         raise UsageError("--duration needs a positive --interval")
     duration = args.duration if args.duration is not None else args.interval
     windows = max(1, round(duration / args.interval)) if args.interval else 1
-    before = {p.pid: p for p in _read(args.pid, args.tree)[0]}
+    before = {p.pid: p for p in _read(args)[0]}
     started = time.monotonic()
     for _ in range(windows):
         time.sleep(args.interval)
         try:
-            profiles, untraced = _read(args.pid, args.tree)
+            profiles, untraced = _read(args)
         except ProcessGoneError as e:
             raise TapError(f"{e} (during the measurement window)") from None
         window = (time.monotonic() - started) if args.interval else None
         addresses = (
             {r: a for p in profiles for r, a in gang_addresses(environ_of(p.pid)).items()}
-            if args.tree
+            if args.tree or args.job
             else None
         )
         owners = socket_owners()
@@ -244,7 +251,7 @@ def _ps_cluster(args: argparse.Namespace, profiles: Sequence[ProcessProfile]) ->
 
 
 def cmd_skew(args: argparse.Namespace) -> int:
-    profiles = _load_dump(args.dump) if args.dump else _read(args.pid, args.tree)[0]
+    profiles = _load_dump(args.dump) if args.dump else _read(args)[0]
     try:
         cluster = _ps_cluster(args, profiles)
         by_endpoint = role_endpoints(cluster, strict=True)
@@ -308,6 +315,21 @@ def _write_dump(out: str, command: Sequence[str], rc: int, profiles: list[Proces
     Path(out).write_text(json.dumps(data, indent=1) + "\n")
 
 
+def _gang_arguments(parser: argparse.ArgumentParser, summed: str) -> None:
+    gang = parser.add_mutually_exclusive_group()
+    gang.add_argument(
+        "--tree",
+        action="store_true",
+        help=f"also the traced descendants{summed} (a gang started under one `ibverbs-tap run`)",
+    )
+    gang.add_argument(
+        "--job",
+        action="store_true",
+        help=f"also every traced process on this machine of PID's Tiresias job (the same "
+        f"TIRESIAS_JOB_ID and TIRESIAS_COORDINATOR){summed}",
+    )
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="ibverbs-tap",
@@ -336,12 +358,7 @@ def _parser() -> argparse.ArgumentParser:
         "(default %(default)g)",
     )
     prof.add_argument("--duration", type=float, help="total seconds (default: one window)")
-    prof.add_argument(
-        "--tree",
-        action="store_true",
-        help="also sum the process and its traced descendants, per role and peer (a gang "
-        "started under one `ibverbs-tap run`)",
-    )
+    _gang_arguments(prof, ", summed per role and peer")
     prof.add_argument("--json", action="store_true", help="one JSON object per window")
     prof.set_defaults(func=cmd_profile)
 
@@ -349,7 +366,7 @@ def _parser() -> argparse.ArgumentParser:
     src = sk.add_mutually_exclusive_group(required=True)
     src.add_argument("pid", type=int, nargs="?", help="a traced process (e.g. a worker)")
     src.add_argument("--dump", help="a JSON summary written by `run --out`")
-    sk.add_argument("--tree", action="store_true", help="with PID: include traced descendants")
+    _gang_arguments(sk, "")
     sk.add_argument(
         "--ps",
         nargs="+",

@@ -433,17 +433,22 @@ def descendants(pid: int) -> list[int]:
     return order
 
 
-def read_tree(pid: int) -> tuple[list[ProcessProfile], list[int]]:
-    """Profiles of ``pid`` and its traced descendants, and the descendants that are not
-    traced. ``pid`` itself must be traced."""
-    pids = descendants(pid)
+def read_group(pid: int, others: Iterable[int]) -> tuple[list[ProcessProfile], list[int]]:
+    """Profiles of ``pid`` (which must be traced) and of the traced ``others``, and the
+    others that are not traced (or are gone)."""
     profiles, untraced = [read_process(pid)], []
-    for p in pids[1:]:
+    for p in others:
         try:
             profiles.append(read_process(p))
         except TapError:
             untraced.append(p)
     return profiles, untraced
+
+
+def read_tree(pid: int) -> tuple[list[ProcessProfile], list[int]]:
+    """Profiles of ``pid`` and its traced descendants, and the descendants that are not
+    traced. ``pid`` itself must be traced."""
+    return read_group(pid, descendants(pid)[1:])
 
 
 def read_directory(directory: str | os.PathLike[str]) -> Iterator[ProcessProfile]:

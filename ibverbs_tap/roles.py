@@ -3,7 +3,8 @@
 A TF job's processes carry the cluster spec in ``TF_CONFIG`` (the Tiresias gang planner writes
 it for every process of a PS or all-reduce job, next to ``TIRESIAS_ROLE`` and
 ``TIRESIAS_TASK_INDEX``). A peer whose address is a task's listening address is that task, so
-"bytes to ps0" is what a user reads instead of "bytes to 10.0.0.7:2222".
+"bytes to ps0" is what a user reads instead of "bytes to 10.0.0.7:2222". A connection a
+process accepted from this machine is named by the role of the process at its other end.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import ipaddress
 import json
 import os
 import socket
+import sys
 from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from pathlib import Path
@@ -168,11 +170,33 @@ def gang_addresses(environ: Mapping[str, str]) -> dict[str, str]:
     return found
 
 
+#: What makes processes one Tiresias job on a machine (``job_pids``).
+JOB_VARIABLES = ("TIRESIAS_JOB_ID", "TIRESIAS_COORDINATOR")
+
+
+def job_pids(pid: int) -> list[int]:
+    """``pid`` and every other process on this machine (that we may read) of its Tiresias
+    job: the same TIRESIAS_JOB_ID and TIRESIAS_COORDINATOR. Raises ValueError when ``pid``
+    has no TIRESIAS_JOB_ID."""
+    environ = environ_of(pid)
+    if "TIRESIAS_JOB_ID" not in environ:
+        raise ValueError(f"process {pid} has no TIRESIAS_JOB_ID: it is not a Tiresias job process")
+    job = [environ.get(v) for v in JOB_VARIABLES]
+    others = sorted(
+        int(entry.name)
+        for entry in Path("/proc").iterdir()
+        if entry.name.isdigit()
+        and int(entry.name) != pid
+        and [environ_of(int(entry.name)).get(v) for v in JOB_VARIABLES] == job
+    )
+    return [pid, *others]
+
+
 def _hex_endpoint(text: str) -> tuple[str, int]:
     """/proc/net/tcp's ``0100007F:1F90`` (address in host byte order, 32-bit words)."""
     address, port = text.split(":")
     raw = b"".join(
-        int(address[i : i + 8], 16).to_bytes(4, "little") for i in range(0, len(address), 8)
+        int(address[i : i + 8], 16).to_bytes(4, sys.byteorder) for i in range(0, len(address), 8)
     )
     ip = ipaddress.ip_address(raw)
     if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped:

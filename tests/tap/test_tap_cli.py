@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -177,6 +178,48 @@ def test_profile_tree_sums_a_gang_labelled_by_role(servers: ScheduleServers) -> 
     assert skew_tree.returncode == 0, skew_tree.stderr
     assert skew_tree.stdout.split()[:2] == ["ps0", a] and "S_J = 0.500" in skew_tree.stdout
     assert "297.4 KiB" in skew_tree.stdout  # both processes' bytes
+
+
+def test_profile_job_sums_the_jobs_processes_on_this_machine(servers: ScheduleServers) -> None:
+    """Two processes of one Tiresias job (same TIRESIAS_JOB_ID and TIRESIAS_COORDINATOR, not
+    parent and child) and one of a same-named job of another coordinator: ``--job`` sums the
+    first two and names them by TIRESIAS_ROLE/TIRESIAS_TASK_INDEX."""
+    coordinator = f"tcp://127.0.0.1:1/{uuid.uuid4()}"  # no other process on the machine has it
+    job = {k: v for k, v in os.environ.items() if k != "TF_CONFIG"}
+    job.update(TIRESIAS_JOB_ID="j1", TIRESIAS_COORDINATOR=coordinator, TIRESIAS_ROLE="worker")
+    cmd = [sys.executable, LOOPER, "schedule", *map(str, servers.ports)]
+    procs = [
+        tap_popen(cmd, env=dict(job, TIRESIAS_TASK_INDEX="0")),
+        tap_popen(cmd, env=dict(job, TIRESIAS_TASK_INDEX="1")),
+        tap_popen(cmd, env=dict(job, TIRESIAS_COORDINATOR=coordinator + "-other")),
+    ]
+    pids = [int(p.stdout.readline().split()[1]) for p in procs]
+    try:
+        res = tap_cli("profile", str(pids[0]), "--job", "--interval", "0", "--json")
+        no_job = tap_cli("profile", str(os.getpid()), "--job", "--interval", "0")
+        both = tap_cli("profile", str(pids[0]), "--job", "--tree")
+    finally:
+        for proc in procs:
+            proc.stdin.close()
+            proc.wait(timeout=30)
+    assert res.returncode == 0, res.stderr
+    report = json.loads(res.stdout)
+    assert {p["pid"]: p["role"] for p in report["processes"]} == {
+        pids[0]: "worker0",
+        pids[1]: "worker1",
+    }
+    total = report["total"]
+    assert total["pids"] == pids[:2]
+    # The `ibverbs-tap run` wrappers carry the job's environment but are not traced.
+    assert sorted(total["untraced"]) == sorted(p.pid for p in procs[:2])
+    assert [peer["address"] for peer in total["peers"]] == sorted(
+        f"127.0.0.1:{port}" for port in servers.ports
+    )
+    for peer in total["peers"]:
+        assert _buckets(peer["tx"]) == expected_tx(2)
+    assert no_job.returncode == 1
+    assert f"process {os.getpid()} has no TIRESIAS_JOB_ID" in no_job.stderr
+    assert both.returncode == 2 and "not allowed with argument" in both.stderr
 
 
 def _until(condition: Callable[[], bool], timeout: float = 60) -> None:
