@@ -159,12 +159,16 @@ def gang_ps(pids: Iterable[int]) -> dict[int, str] | None:
 
 
 def gang_addresses(environ: Mapping[str, str]) -> dict[str, str]:
-    """role -> address for the tasks in a process's TF_CONFIG and for the Tiresias
-    coordinator it reports to (``TIRESIAS_COORDINATOR``); empty where neither is readable."""
+    """role -> address for the tasks in a process's TF_CONFIG, the Tiresias coordinator it
+    reports to (``TIRESIAS_COORDINATOR``) and a Horovod job's Gloo rendezvous; empty where
+    the environment names none."""
     found: dict[str, str] = {}
     coordinator = environ.get("TIRESIAS_COORDINATOR", "")
     if coordinator.startswith("tcp://"):
         found["coordinator"] = coordinator[len("tcp://") :]
+    if "HOROVOD_GLOO_RENDEZVOUS_ADDR" in environ and "HOROVOD_GLOO_RENDEZVOUS_PORT" in environ:
+        host = environ["HOROVOD_GLOO_RENDEZVOUS_ADDR"]
+        found["rendezvous"] = f"{host}:{environ['HOROVOD_GLOO_RENDEZVOUS_PORT']}"
     with contextlib.suppress(ValueError):
         found.update(roles(cluster_of(environ_tf_config(environ) or {})))
     return found

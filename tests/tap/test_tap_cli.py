@@ -230,19 +230,18 @@ def _until(condition: Callable[[], bool], timeout: float = 60) -> None:
 
 
 def test_profile_names_the_processes_that_connected() -> None:
-    """A traced server (ps0 by the gang's TIRESIAS_ROLE/TIRESIAS_TASK_INDEX) and a traced
-    client (worker1, the server as ps0 in its TF_CONFIG): the client sees ps0; the server sees
-    its two incoming connections as worker1, the role of the process holding the other end."""
+    """A traced server and a traced client on this machine, named only by the gang's
+    TIRESIAS_ROLE/TIRESIAS_TASK_INDEX (no TF_CONFIG, as in a Horovod job): each names the
+    other's connections by the role of the process holding the other end."""
     env = {k: v for k, v in os.environ.items() if k != "TF_CONFIG"}
     server = tap_popen(
         [sys.executable, LOOPER, "serve"],
         env=dict(env, TIRESIAS_ROLE="ps", TIRESIAS_TASK_INDEX="0"),
     )
     _, spid, port = server.stdout.readline().split()
-    cluster = {"ps": [f"127.0.0.1:{port}"], "worker": ["127.0.0.1:1", "127.0.0.1:2"]}
-    tf_config = json.dumps({"cluster": cluster, "task": {"type": "worker", "index": 1}})
     client = tap_popen(
-        [sys.executable, LOOPER, "schedule", port, port], env=dict(env, TF_CONFIG=tf_config)
+        [sys.executable, LOOPER, "schedule", port, port],
+        env=dict(env, TIRESIAS_ROLE="worker", TIRESIAS_TASK_INDEX="1"),
     )
     _, cpid = client.stdout.readline().split()
     try:

@@ -160,11 +160,13 @@ def test_label_names_peers_at_task_addresses() -> None:
     ]
 
 
-def test_gang_addresses_name_tasks_and_the_coordinator() -> None:
+def test_gang_addresses_name_tasks_the_coordinator_and_the_rendezvous() -> None:
     tf = json.dumps({"cluster": {"ps": ["localhost:2222"]}, "task": {"type": "worker"}})
     environ = {"TF_CONFIG": tf, "TIRESIAS_COORDINATOR": "tcp://127.0.0.1:5555"}
     addresses = roles.gang_addresses(environ)
     assert addresses == {"coordinator": "127.0.0.1:5555", "ps0": "localhost:2222"}
+    horovod = {"HOROVOD_GLOO_RENDEZVOUS_ADDR": "n1", "HOROVOD_GLOO_RENDEZVOUS_PORT": "7000"}
+    assert roles.gang_addresses(horovod) == {"rendezvous": "n1:7000"}
     assert roles.resolve(addresses)[("127.0.0.1", 2222)] == "ps0"
     # TF reads TF_CONFIG as JSON only: a path or junk there gives no labels, not an error.
     assert roles.gang_addresses({"TF_CONFIG": "/etc/passwd"}) == {}
