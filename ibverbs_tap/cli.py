@@ -35,14 +35,12 @@ from ibverbs_tap.roles import (
     gang_addresses,
     gang_ps,
     job_pids,
-    label,
     labelled,
     ps_tasks,
-    role_endpoints,
     roles,
     socket_owners,
 )
-from ibverbs_tap.skew import bytes_per_role, skew
+from ibverbs_tap.skew import bytes_per_ps, skew
 
 DUMP_VERSION = 1
 
@@ -253,10 +251,9 @@ def _ps_cluster(args: argparse.Namespace, profiles: Sequence[ProcessProfile]) ->
 def cmd_skew(args: argparse.Namespace) -> int:
     profiles = _load_dump(args.dump) if args.dump else _read(args)[0]
     try:
-        cluster = _ps_cluster(args, profiles)
-        by_endpoint = role_endpoints(cluster, strict=True)
-        addresses = roles(cluster)
-        totals = bytes_per_role([label(p, by_endpoint) for p in profiles], addresses)
+        addresses = roles(_ps_cluster(args, profiles))
+        per_address = bytes_per_ps(profiles, list(addresses.values()))
+        totals = {role: per_address[address] for role, address in addresses.items()}
         s_j = skew(totals)
     except (ValueError, OSError) as e:
         raise TapError(str(e)) from None
