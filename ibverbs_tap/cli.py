@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import shutil
 import signal
@@ -193,8 +194,10 @@ def _describe(report: Mapping[str, Any], now: float) -> list[str]:
 
 
 def cmd_profile(args: argparse.Namespace) -> int:
-    if args.interval < 0:
+    if not (math.isfinite(args.interval) and args.interval >= 0):
         raise UsageError("--interval must be 0 (no rates) or positive")
+    if args.duration is not None and not (math.isfinite(args.duration) and args.duration > 0):
+        raise UsageError("--duration must be positive")
     if args.interval == 0 and args.duration is not None:
         raise UsageError("--duration needs a positive --interval")
     duration = args.duration if args.duration is not None else args.interval

@@ -298,8 +298,11 @@ def test_profile_errors() -> None:
     assert f"process {os.getpid()} is not traced by ibverbs-tap" in untraced.stderr
     gone = tap_cli("profile", "4194999", "--interval", "0.01")
     assert gone.returncode == 1 and "process 4194999 does not exist" in gone.stderr
-    bad = tap_cli("profile", "1", "--interval", "-1")
-    assert bad.returncode == 2 and "--interval must be 0 (no rates) or positive" in bad.stderr
+    for interval in ("-1", "nan", "inf"):
+        bad = tap_cli("profile", "1", "--interval", interval)
+        assert bad.returncode == 2 and "--interval must be 0 (no rates) or positive" in bad.stderr
+    bad = tap_cli("profile", "1", "--duration", "nan")
+    assert bad.returncode == 2 and "--duration must be positive" in bad.stderr
     no_window = tap_cli("profile", "1", "--interval", "0", "--duration", "5")
     assert (
         no_window.returncode == 2 and "--duration needs a positive --interval" in no_window.stderr
