@@ -1,11 +1,13 @@
 """Launcher runtime benchmarks (results and command in docs/launcher.md).
 
 1. Per-step overhead of ``State.steps`` (stop check, timing, report counters) on a small
-   Keras model, with reporting on (a local ROUTER plays the coordinator): absolute µs/step
-   and share of the model's step time.
+   Keras or PyTorch model (``--framework``), with reporting on (a local ROUTER plays the
+   coordinator): absolute µs/step and share of the model's step time.
 2. Preemption latency: SIGTERM to every process of a job planned by ``gang.plan`` (single,
-   ``--workers N`` MultiWorkerMirrored, ``--horovod``) → every process exited with 75,
+   ``--workers N`` MultiWorkerMirrored or DDP, ``--horovod``) → every process exited with 75,
    against writing the same checkpoint bytes with a plain ``write`` + ``fsync``.
+3. PyTorch only: State's checkpoint and restore against a plain ``torch.save`` (+ fsync) and
+   ``torch.load`` of the same state dicts.
 """
 
 from __future__ import annotations
@@ -19,13 +21,59 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import Any
 
 HERE = Path(__file__).resolve().parent
 
 
+def _abba(
+    train_step: Callable[[], object], state: Any, steps: int, rounds: int
+) -> tuple[float, float]:
+    """Median seconds per step of ``train_step`` in a plain loop and in ``state.steps``,
+    alternating the order (ABBA) so load from other processes hits both alike."""
+
+    def timed(loop: Iterable[object]) -> float:
+        t0 = time.perf_counter()
+        for _ in loop:
+            train_step()
+        return (time.perf_counter() - t0) / steps
+
+    for _ in range(50):
+        train_step()
+    plain, instrumented = [], []
+    for r in range(rounds):
+        pair = [
+            lambda: plain.append(timed(range(steps))),
+            lambda: instrumented.append(timed(state.steps(state.step + steps))),
+        ]
+        for run in pair if r % 2 else reversed(pair):
+            run()
+    return statistics.median(plain), statistics.median(instrumented)
+
+
+def _torch_step_seconds(steps: int, rounds: int = 20) -> tuple[float, float]:
+    """Mean seconds per step of a small PyTorch model without and with the runtime."""
+    import torch
+
+    import tiresias
+
+    model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.Linear(64, 1))
+    optimizer = torch.optim.SGD(model.parameters(), 0.01)
+    x = torch.randn(64, 32, generator=torch.Generator().manual_seed(0))
+
+    def train_step() -> None:
+        loss = model(x).square().mean()
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+
+    return _abba(train_step, tiresias.State(model=model, optimizer=optimizer), steps, rounds)
+
+
 def _model_step_seconds(steps: int, rounds: int = 20) -> tuple[float, float]:
-    """Mean seconds per step of a small model without and with the runtime."""
+    """Mean seconds per step of a small Keras model without and with the runtime."""
     import keras
     import tensorflow as tf
 
@@ -43,24 +91,7 @@ def _model_step_seconds(steps: int, rounds: int = 20) -> tuple[float, float]:
         optimizer.apply_gradients(zip(grads, model.trainable_variables, strict=True))
         return loss
 
-    def timed(loop) -> float:
-        t0 = time.perf_counter()
-        for _ in loop:
-            train_step()
-        return (time.perf_counter() - t0) / steps
-
-    for _ in range(50):
-        train_step()
-    state = tiresias.State(model=model, optimizer=optimizer)
-    plain, instrumented = [], []
-    for r in range(rounds):  # ABBA order so load from other processes hits both alike
-        pair = [
-            lambda: plain.append(timed(range(steps))),
-            lambda: instrumented.append(timed(state.steps(state.step + steps))),
-        ]
-        for run in pair if r % 2 else reversed(pair):
-            run()
-    return statistics.median(plain), statistics.median(instrumented)
+    return _abba(train_step, tiresias.State(model=model, optimizer=optimizer), steps, rounds)
 
 
 def _boundary_seconds(steps: int) -> float:
@@ -75,8 +106,9 @@ def _boundary_seconds(steps: int) -> float:
     return (time.perf_counter() - t0) / steps
 
 
-def overhead(steps: int) -> dict[str, float]:
-    plain, instrumented = _model_step_seconds(steps)
+def overhead(steps: int, framework: str) -> dict[str, float]:
+    measure = _torch_step_seconds if framework == "torch" else _model_step_seconds
+    plain, instrumented = measure(steps)
     boundary = _boundary_seconds(20_000)
     return {
         "load_average_1m": os.getloadavg()[0],
@@ -101,7 +133,9 @@ def _renamed(directory: Path) -> bool:
     return directory.is_dir() and any(p.name.startswith("ckpt-") for p in directory.iterdir())
 
 
-def preemption(width: int, runs: int, workers: int, horovod: bool) -> dict[str, object]:
+def preemption(
+    width: int, runs: int, workers: int, horovod: bool, framework: str
+) -> dict[str, object]:
     from tiresias_launch import EXIT_CHECKPOINTED
     from tiresias_launch.checkpoint import CheckpointStore
     from tiresias_launch.gang import GangRequest, free_local_port, plan
@@ -111,7 +145,8 @@ def preemption(width: int, runs: int, workers: int, horovod: bool) -> dict[str, 
         work = Path(tmp)
         for run in range(runs):
             job, progress = f"bench{run}", work / f"progress-{run}"
-            argv = (str(HERE / "launch_bench_job.py"), str(width), str(progress))
+            script = "launch_bench_torch_job.py" if framework == "torch" else "launch_bench_job.py"
+            argv = (str(HERE / script), str(width), str(progress))
             request = GangRequest(argv, workers=workers, horovod=horovod)
             placement = {"localhost": list(range(workers))}
             specs = plan(request, job, placement, None, work, 0, free_local_port)
@@ -154,11 +189,55 @@ def preemption(width: int, runs: int, workers: int, horovod: bool) -> dict[str, 
     return {
         "load_average_1m": os.getloadavg()[0],
         "processes": workers,
+        "framework": framework,
         "mode": "horovod" if horovod else ("allreduce" if workers > 1 else "single"),
         "checkpoint_mb": ckpt_bytes / 1e6,
         "signal_to_checkpoint_renamed_s": sorted(durable),
         "signal_to_exit_s": sorted(exited),
         "plain_write_fsync_s": sorted(writes),
+    }
+
+
+def torch_checkpoint(width: int, runs: int) -> dict[str, object]:
+    """State's checkpoint write and restore of the bench job's state (MLP + Adam), against
+    ``torch.save`` + fsync and ``torch.load`` of the same state dicts, in this process."""
+    import torch
+
+    from tiresias_launch.runtime import get_runtime
+    from tiresias_launch.state import checkpointer_for
+
+    net = torch.nn.Sequential(torch.nn.Linear(width, width), torch.nn.Linear(width, 1))
+    optimizer = torch.optim.Adam(net.parameters(), 1e-3)
+    net(torch.randn(8, width)).square().mean().backward()
+    optimizer.step()  # Adam's moments exist now
+    rt = get_runtime()
+    checkpointer = checkpointer_for({"model": net, "optimizer": optimizer})
+    saves, restores, plain_saves, plain_loads = [], [], [], []
+    with tempfile.TemporaryDirectory(prefix="tiresias-bench-") as tmp:
+        for run in range(runs):
+            t0 = time.perf_counter()
+            ckpt = checkpointer.save(rt, 1_000 + run, {"step": 1_000 + run})
+            saves.append(time.perf_counter() - t0)
+            t0 = time.perf_counter()
+            checkpointer.restore(rt)
+            restores.append(time.perf_counter() - t0)
+            path = Path(tmp) / f"plain-{run}.pt"
+            t0 = time.perf_counter()
+            with open(path, "wb") as fh:
+                torch.save({"model": net.state_dict(), "optimizer": optimizer.state_dict()}, fh)
+                fh.flush()
+                os.fsync(fh.fileno())
+            plain_saves.append(time.perf_counter() - t0)
+            t0 = time.perf_counter()
+            torch.load(path, weights_only=False)
+            plain_loads.append(time.perf_counter() - t0)
+    assert ckpt is not None
+    return {
+        "checkpoint_mb": ckpt.manifest.bytes / 1e6,
+        "state_save_s": statistics.median(saves),
+        "torch_save_fsync_s": statistics.median(plain_saves),
+        "state_restore_s": statistics.median(restores),
+        "torch_load_s": statistics.median(plain_loads),
     }
 
 
@@ -170,6 +249,7 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=1, help="processes in the bench job")
     parser.add_argument("--horovod", action="store_true", help="Horovod/Gloo instead of MWMS")
     parser.add_argument("--skip-overhead", action="store_true", help="only time preemption")
+    parser.add_argument("--framework", choices=("tensorflow", "torch"), default="tensorflow")
     args = parser.parse_args()
     import zmq
 
@@ -183,8 +263,12 @@ def main() -> None:
     )
     result: dict[str, object] = {}
     if not args.skip_overhead:
-        result["overhead"] = overhead(args.steps)
-    result["preemption"] = preemption(args.width, args.runs, args.workers, args.horovod)
+        result["overhead"] = overhead(args.steps, args.framework)
+    result["preemption"] = preemption(
+        args.width, args.runs, args.workers, args.horovod, args.framework
+    )
+    if args.framework == "torch":
+        result["checkpoint"] = torch_checkpoint(args.width, args.runs)
     reports = 0
     while router.poll(100):
         router.recv_multipart()
