@@ -88,7 +88,7 @@ def format_job(j: dict[str, Any]) -> str:
     """Everything about one job, one field a line."""
     progress = j.get("progress") or {}
     lines = [
-        f"job        {j['job_id']}  ({j['name']})",
+        f"job        {j['job_id']}  ({j['name']}; checkpoints and logs under {j.get('key')})",
         f"owner      {j.get('owner') or '-'}",
         f"command    {' '.join(j['argv'])}",
         f"state      {j['state']}"

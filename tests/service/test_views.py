@@ -80,6 +80,7 @@ def test_a_preemption_told_as_it_happens() -> None:
     ]
     assert run_events(resumed, resumed) == []  # each said once
     text = format_job(resumed)
+    assert "job        j1  (train.py; checkpoints and logs under j1-0a1b2c3d)" in text
     assert "checkpoint at step 30 (epoch 2, batch 5; 2.4 MB in 0.31 s)" in text
     assert "resumed    from step 30 (restore 0.42 s, first step 1.25 s)" in text
     assert "last exit  checkpointed (chief-0 exit 75)" in text
