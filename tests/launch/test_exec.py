@@ -119,3 +119,34 @@ def test_server_refuses_a_non_ps_environment(tmp_path: Path) -> None:
     done = _run(["-m", "tiresias_launch.server"], tmp_path)
     assert done.returncode == 2
     assert "only ps/worker tasks of a ps-mode job" in done.stderr
+
+
+def test_a_signal_before_anything_checkpointable_started_has_its_default_effect(
+    tmp_path: Path,
+) -> None:
+    """The script will make a State (so nothing is said at start), but SIGTERM comes first:
+    the process dies of it at once, having trained nothing since its last checkpoint."""
+    script, ready = tmp_path / "later.py", tmp_path / "ready"
+    script.write_text(
+        "import pathlib, sys, time\n"
+        "pathlib.Path(sys.argv[1]).touch()\n"
+        "while True:\n"
+        "    time.sleep(0.01)\n"
+        "state = tiresias.State(model=model)  # never reached\n"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tiresias_launch.exec", str(script), str(ready)],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        text=True,
+        env={k: v for k, v in os.environ.items() if not k.startswith("TIRESIAS_")},
+    )
+    try:
+        wait_until(ready.exists, 30, "the script to run")
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(10) == -signal.SIGTERM
+    finally:
+        proc.kill()
+    out = proc.stdout.read() if proc.stdout else ""
+    assert "cannot be checkpointed" not in out
+    assert "tiresias: SIGTERM before anything checkpointable started" in out, out
