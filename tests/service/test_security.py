@@ -118,7 +118,8 @@ def test_a_second_user_cannot_touch_roots_job_and_runs_as_itself(
         "0.05",
     )
     victim = json.loads(out.stdout)["job_id"]
-    log = cluster.tmp / "agents" / "a" / "logs" / victim / "chief-0.log"
+    logs = cluster.tmp / "agents" / "a" / "logs"  # per job key: <job id>-<state instance>
+    log = wait_until(lambda: next(logs.glob(f"{victim}-*/chief-0.log"), None), 30, "a log")
     wait_until(lambda: "step 2" in log.read_text(), 30, "root's job to run")
 
     cancel = tiresias(cluster, other, "cancel", victim)
@@ -182,7 +183,8 @@ def test_a_second_user_cannot_touch_roots_job_and_runs_as_itself(
         60,
         "a report from the runtime of the other user's job",
     )
-    assert (cluster.state / "checkpoints" / mine).stat().st_uid == other.pw_uid
+    (checkpoints,) = (cluster.state / "checkpoints").glob(f"{mine}-*")
+    assert checkpoints.stat().st_uid == other.pw_uid
 
     # what is on disk is private
     mode = lambda p: p.stat().st_mode & 0o777  # noqa: E731
