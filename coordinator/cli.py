@@ -19,6 +19,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from coordinator.argtypes import count, positive_count, positive_seconds
 from coordinator.service import keys as curve
 from coordinator.service.client import Client, RequestError, client_keys, default_address
 from coordinator.service.views import checkpoint_text, exit_text, lost_text
@@ -376,7 +377,7 @@ def parser() -> argparse.ArgumentParser:
     common.add_argument("--json", action="store_true", help="machine-readable output")
     common.add_argument(
         "--timeout",
-        type=float,
+        type=positive_seconds,
         default=10.0,
         help="seconds to wait for replies (default %(default)g)",
     )
@@ -386,17 +387,17 @@ def parser() -> argparse.ArgumentParser:
     p = sub.add_parser("submit", parents=[common], help="queue a job")
     p.add_argument(
         "--workers",
-        type=int,
+        type=positive_count,
         default=None,
         help="workers, one GPU each (W_J; default: --gpus, else 1)",
     )
-    p.add_argument("--gpus", type=int, default=None, help="same as --workers")
-    p.add_argument("--ps", type=int, default=0, help="parameter servers")
+    p.add_argument("--gpus", type=positive_count, default=None, help="same as --workers")
+    p.add_argument("--ps", type=count, default=0, help="parameter servers")
     p.add_argument("--horovod", action="store_true", help="run as Horovod ranks")
     p.add_argument("--name", default=None, help="job name (default: the script's)")
     p.add_argument(
         "--duration",
-        type=float,
+        type=positive_seconds,
         default=None,
         help="true run time in seconds, for the oracle baselines (srtf, srsf) only",
     )

@@ -21,6 +21,7 @@ from typing import Any
 
 import zmq
 
+from coordinator.argtypes import count, positive_count, seconds
 from coordinator.cli import (
     FINISHED,
     SCRIPT_HELP,
@@ -32,8 +33,9 @@ from coordinator.cli import (
     script_argv,
 )
 from coordinator.core.config import DEFAULT_QUEUE_THRESHOLDS
+from coordinator.core.model import CoreError
 from coordinator.core.policies import POLICY_NAMES
-from coordinator.service.agent import Agent, discover_gpus, nvml_gpus
+from coordinator.service.agent import MAX_VIRTUAL_GPUS, Agent, discover_gpus, nvml_gpus
 from coordinator.service.client import Client, RequestError, client_keys
 from coordinator.service.coordinator import Coordinator, Options, comma_floats
 from coordinator.service.views import run_events
@@ -44,12 +46,21 @@ class Embedded:
 
     def __init__(self, opts: Options, gpus: list[dict[str, Any]]) -> None:
         self.coordinator = Coordinator(opts)
-        self._threads = [
-            threading.Thread(target=self.coordinator.run, daemon=True, name="coordinator")
-        ]
+        failed: list[Exception] = []
+
+        def serve() -> None:
+            try:
+                self.coordinator.run()
+            except Exception as e:  # reported by the starting thread, below
+                failed.append(e)
+                self.coordinator.ready.set()
+
+        self._threads = [threading.Thread(target=serve, daemon=True, name="coordinator")]
         self._threads[0].start()
         if not self.coordinator.ready.wait(10):
             raise RuntimeError("the embedded coordinator did not start")
+        if failed:
+            raise RuntimeError(f"the embedded coordinator cannot serve on {opts.bind}: {failed[0]}")
         self.address = self.coordinator.address
         # peers of a gang (TF_CONFIG, Horovod rendezvous) reach the node on loopback
         self.agent = Agent(
@@ -81,6 +92,11 @@ def local_gpus(requested: int | None, needed: int) -> list[dict[str, Any]]:
     """NVML's GPUs, else ``--gpus`` virtual ones, else just enough for the job."""
     if requested is not None:
         return discover_gpus(str(requested))
+    if needed > MAX_VIRTUAL_GPUS:
+        raise ValueError(
+            f"--workers {needed}: one machine offers at most {MAX_VIRTUAL_GPUS} GPUs; "
+            f"run it on a cluster (--coordinator)"
+        )
     return nvml_gpus() or discover_gpus(str(needed))
 
 
@@ -94,13 +110,16 @@ def parser() -> argparse.ArgumentParser:
         help="use this coordinator; without it, run an embedded one locally",
     )
     ap.add_argument(
-        "--workers", type=int, default=1, help="workers, one GPU each (W_J; default %(default)s)"
+        "--workers",
+        type=positive_count,
+        default=1,
+        help="workers, one GPU each (W_J; default %(default)s)",
     )
-    ap.add_argument("--ps", type=int, default=0, help="parameter servers")
+    ap.add_argument("--ps", type=count, default=0, help="parameter servers")
     ap.add_argument("--horovod", action="store_true", help="run as Horovod ranks")
     ap.add_argument(
         "--gpus",
-        type=int,
+        type=positive_count,
         default=None,
         help="embedded mode: virtual GPUs of the local node when NVML is absent",
     )
@@ -112,7 +131,7 @@ def parser() -> argparse.ArgumentParser:
     )
     ap.add_argument(
         "--grace",
-        type=float,
+        type=seconds,
         default=30.0,
         help="embedded mode: seconds a preempted job gets to checkpoint (default %(default)g)",
     )
@@ -253,7 +272,7 @@ def main(argv: list[str] | None = None) -> int:
     except RequestError as e:
         print(f"tiresias-run: {e}", file=sys.stderr)
         return 1
-    except (OSError, ValueError, RuntimeError) as e:
+    except (OSError, ValueError, RuntimeError, CoreError) as e:
         print(f"tiresias-run: {e}", file=sys.stderr)
         return 2
     finally:

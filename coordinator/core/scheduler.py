@@ -382,6 +382,11 @@ class Scheduler:
         """Start ``job``'s minimum run time (``SchedulerConfig.min_run``/``min_run_restores``)."""
         cfg = self.config
         until = now + max(cfg.min_run, cfg.min_run_restores * job.restore_cost)
+        if job.restarts:
+            # a resumed job works at least as long as its restore took before it may be
+            # preempted again: else preemptions as often as restores (a tick every <=
+            # restore seconds) make every run restore and nothing more, forever
+            until = max(until, now + 2 * job.restore_cost)
         if until > now:
             self._guarded[job.job_id] = until
             heapq.heappush(self._guard_heap, (until, job.job_id))

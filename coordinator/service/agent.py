@@ -29,6 +29,7 @@ import msgpack
 import zmq
 
 from coordinator import protocol
+from coordinator.argtypes import positive_seconds
 from coordinator.service.client import ADDRESS_ENV as COORDINATOR_ENV
 from coordinator.service.client import client_keys, dealer, default_address
 from coordinator.service.identity import user_name
@@ -45,6 +46,8 @@ STOP_GRACE = 5.0
 #: all-reduce job end at the same step; parameter servers never do and are killed after).
 SETTLE = 2.0
 PR_SET_PDEATHSIG = 1
+#: Most virtual GPUs one node may declare.
+MAX_VIRTUAL_GPUS = 1024
 
 
 def discover_gpus(requested: str, dev: Path = Path("/dev")) -> list[dict[str, Any]]:
@@ -55,8 +58,8 @@ def discover_gpus(requested: str, dev: Path = Path("/dev")) -> list[dict[str, An
             count = int(requested)
         except ValueError:
             raise ValueError(f"--gpus {requested!r}: expected a number or 'auto'") from None
-        if count < 1:
-            raise ValueError(f"--gpus {count}: a node needs at least one GPU")
+        if not 1 <= count <= MAX_VIRTUAL_GPUS:
+            raise ValueError(f"--gpus {count}: a node has 1 to {MAX_VIRTUAL_GPUS} GPUs")
         return [{"index": i, "uuid": f"virtual-{i}", "memory": None} for i in range(count)]
     nvml = nvml_gpus(dev)
     if nvml is None:
@@ -599,7 +602,7 @@ def parser() -> argparse.ArgumentParser:
     )
     ap.add_argument(
         "--heartbeat",
-        type=float,
+        type=positive_seconds,
         default=1.0,
         help="seconds between heartbeats (default %(default)s)",
     )
@@ -618,8 +621,13 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(str(e))
     agent = Agent(args.coordinator, gpus, args.name, args.workdir, keys, args.heartbeat, args.host)
     signal.signal(signal.SIGTERM, lambda *_: agent.stop.set())
-    with contextlib.suppress(KeyboardInterrupt):
+    try:
         agent.run()
+    except KeyboardInterrupt:
+        pass
+    except (ValueError, OSError) as e:
+        print(f"tiresias-agent: {e}", file=sys.stderr)
+        return 2
     return 0
 
 

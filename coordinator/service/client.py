@@ -44,7 +44,13 @@ def dealer(ctx: zmq.Context, address: str, keys: ClientKeys | None) -> zmq.Socke
     sock.linger = 0
     if keys is not None:
         keys.apply(sock)
-    sock.connect(address)
+    try:
+        sock.connect(address)
+    except zmq.ZMQError as e:
+        sock.close()
+        raise ValueError(
+            f"coordinator address {address!r}: {e.strerror} (expected tcp://HOST:PORT)"
+        ) from None
     return sock
 
 

@@ -31,6 +31,7 @@ from typing import Any
 import zmq
 
 from coordinator import protocol
+from coordinator.argtypes import fraction, port, positive_count, positive_seconds, seconds
 from coordinator.core.config import DEFAULT_QUEUE_THRESHOLDS
 from coordinator.core.model import (
     CoreError,
@@ -1268,14 +1269,14 @@ def parser() -> argparse.ArgumentParser:
     )
     ap.add_argument(
         "--packlimit",
-        type=float,
+        type=fraction,
         default=None,
         help=f"initial PACKLIMIT of the skew placement (default {DEFAULT_PACKLIMIT:g}); "
         "learned from finished jobs after that",
     )
     ap.add_argument(
         "--interval",
-        type=float,
+        type=seconds,
         default=0.0,
         help="also re-evaluate priorities every N seconds (default: only on events "
         "and policy wakeups); las and tiresias-g then rank running jobs by their service "
@@ -1290,13 +1291,13 @@ def parser() -> argparse.ArgumentParser:
     )
     ap.add_argument(
         "--heartbeat-timeout",
-        type=float,
+        type=positive_seconds,
         default=Options.heartbeat_timeout,
         help="seconds without a heartbeat before a node is down (default %(default)s)",
     )
     ap.add_argument(
         "--grace",
-        type=float,
+        type=seconds,
         default=Options.grace,
         help="seconds a preempted job gets to checkpoint (default %(default)s)",
     )
@@ -1313,7 +1314,7 @@ def parser() -> argparse.ArgumentParser:
         default=None,
         help="checkpoint root shared by all nodes (default STATE/checkpoints)",
     )
-    ap.add_argument("--metrics-port", type=int, default=None, help="Prometheus HTTP port")
+    ap.add_argument("--metrics-port", type=port, default=None, help="Prometheus HTTP port")
     ap.add_argument(
         "--metrics-addr",
         default=Options.metrics_addr,
@@ -1345,20 +1346,20 @@ def parser() -> argparse.ArgumentParser:
     )
     ap.add_argument(
         "--snapshot-every",
-        type=int,
+        type=positive_count,
         default=Options.snapshot_every,
         help="journal events between scheduler snapshots (default %(default)s)",
     )
     ap.add_argument(
         "--max-job-size",
-        type=int,
+        type=positive_count,
         default=MAX_JOB_SIZE,
         help="most workers (GPUs) and most parameter servers one job may ask for; a submit "
         "asking for more is refused (default %(default)s)",
     )
     ap.add_argument(
         "--port-base",
-        type=int,
+        type=port,
         default=Options.port_base,
         help="first TCP port handed to jobs' TF/Horovod servers on remote nodes; ports cycle "
         f"through the {PORT_RANGE} from here, starting at a random one (jobs on this "

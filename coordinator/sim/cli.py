@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from coordinator.argtypes import fraction, positive_count, positive_seconds, seconds
 from coordinator.core import GITTINS_VARIANTS, POLICY_NAMES, QUEUE_ORDERS, ServiceDistribution
 from coordinator.core.model import CoreError, JobSpec, Node
 from coordinator.sim.engine import SimOptions, SimResult, build_scheduler, run
@@ -28,6 +30,11 @@ yarn-gput10000 (GPU-time samples for --gittins-samples)
 """
 
 
+#: Largest simulated cluster: far above any real one, and within memory.
+MAX_MACHINES = 100_000
+MAX_GPUS_PER_MACHINE = 1024
+
+
 def cluster_from_shape(shape: str) -> list[Node]:
     """``NxG``: N machines with G GPUs each, named n000, n001, …"""
     try:
@@ -36,6 +43,11 @@ def cluster_from_shape(shape: str) -> list[Node]:
         raise ValueError(f"--cluster {shape!r}: expected MACHINESxGPUS, e.g. 16x4") from None
     if machines < 1 or gpus < 1:
         raise ValueError(f"--cluster {shape!r}: need at least one machine and one GPU")
+    if machines > MAX_MACHINES or gpus > MAX_GPUS_PER_MACHINE:
+        raise ValueError(
+            f"--cluster {shape!r}: at most {MAX_MACHINES} machines of at most "
+            f"{MAX_GPUS_PER_MACHINE} GPUs"
+        )
     return [Node(f"n{i:03d}", tuple(range(gpus))) for i in range(machines)]
 
 
@@ -44,19 +56,33 @@ def cluster_from_file(path: Path) -> list[Node]:
     try:
         doc = json.loads(path.read_text())
         nodes = []
+        if len(doc["nodes"]) > MAX_MACHINES:
+            raise ValueError(f"at most {MAX_MACHINES} nodes")
         for i, n in enumerate(doc["nodes"]):
             gpus = n["gpus"]
+            if isinstance(gpus, int) and not 0 < gpus <= MAX_GPUS_PER_MACHINE:
+                raise ValueError(f"node {i}: 1 to {MAX_GPUS_PER_MACHINE} GPUs")
             indices = tuple(range(gpus)) if isinstance(gpus, int) else tuple(int(g) for g in gpus)
             nodes.append(Node(str(n.get("name", f"n{i:03d}")), indices, n.get("switch")))
     except OSError as e:
         raise ValueError(f"--cluster-file {path}: {e.strerror}") from None
-    except (ValueError, KeyError, TypeError, AttributeError) as e:
+    except (ValueError, KeyError, TypeError, AttributeError, RecursionError) as e:
         raise ValueError(
             f'--cluster-file {path}: expected {{"nodes": [{{"name": …, "gpus": N}}, …]}} ({e})'
         ) from None
     if not nodes or any(not n.gpus for n in nodes):
         raise ValueError(f"--cluster-file {path}: every node needs at least one GPU")
     return nodes
+
+
+def _writable_dir(path: Path) -> None:
+    """Create ``--out`` now, so that a bad one fails before the run, not after it."""
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise ValueError(f"--out {path}: {e.strerror}") from None
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise ValueError(f"--out {path}: not writable")
 
 
 def _samples(path: Path) -> tuple[float, ...]:
@@ -112,7 +138,7 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--start", help="keep jobs submitted at or after this date (Philly)")
     t.add_argument("--end", help="keep jobs submitted before this date (Philly)")
     t.add_argument("--vc", help="keep one virtual cluster (Philly)")
-    t.add_argument("--limit", type=int, help="keep the first N jobs by submission")
+    t.add_argument("--limit", type=positive_count, help="keep the first N jobs by submission")
     c = p.add_argument_group("cluster")
     g = c.add_mutually_exclusive_group()
     g.add_argument("--cluster", default="16x4", help="MACHINESxGPUS (default: 16x4)")
@@ -126,7 +152,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="policy, repeatable; the first is the baseline of the ratios: "
         + ", ".join(POLICY_NAMES),
     )
-    s.add_argument("--queues", type=int, metavar="K", help="number of priority queues")
+    s.add_argument("--queues", type=positive_count, metavar="K", help="number of priority queues")
     s.add_argument(
         "--thresholds", type=_floats, metavar="T1,…", help="queue thresholds, GPU-seconds"
     )
@@ -157,7 +183,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     s.add_argument(
         "--interval",
-        type=float,
+        type=seconds,
         metavar="S",
         help="also re-evaluate priorities every S seconds (default: only at events and the "
         "policy's own wakeups); las and tiresias-g then rank running jobs by their service "
@@ -181,7 +207,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="keep tiresias-g's distribution as seeded (do not learn from completed jobs)",
     )
     s.add_argument("--placement", metavar="NAME", help="placement scheme (default: core's)")
-    s.add_argument("--packlimit", type=float, metavar="X", help="skew above which to pack")
+    s.add_argument("--packlimit", type=fraction, metavar="X", help="skew above which to pack")
     m = p.add_argument_group("models the paper's simulator lacked (off by default)")
     m.add_argument(
         "--preempt-cost",
@@ -200,10 +226,16 @@ def build_parser() -> argparse.ArgumentParser:
     o.add_argument("--out", type=Path, metavar="DIR", help="write per-job CSVs, JSON, CDF plot")
     o.add_argument("--json", action="store_true", help="print only JSON metrics to stdout")
     o.add_argument(
-        "--bins-gpus", type=int, default=8, help="large: ≥ this many GPUs (default %(default)s)"
+        "--bins-gpus",
+        type=positive_count,
+        default=8,
+        help="large: ≥ this many GPUs (default %(default)s)",
     )
     o.add_argument(
-        "--bins-duration", type=float, default=3600, help="long: ≥ seconds (default %(default)g)"
+        "--bins-duration",
+        type=positive_seconds,
+        default=3600,
+        help="long: ≥ seconds (default %(default)g)",
     )
     o.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     return p
@@ -244,6 +276,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         for name in args.policy:  # reject bad knobs before minutes of simulation
             build_scheduler(nodes, name, options)
+        if args.out:  # and a place the results cannot be written to
+            _writable_dir(args.out)
         trace = load_trace(
             args.trace,
             args.format,

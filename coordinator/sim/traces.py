@@ -8,6 +8,7 @@ a silently half-read trace is worse than no simulation.
 from __future__ import annotations
 
 import csv
+import io
 import json
 import math
 from collections import Counter
@@ -28,6 +29,11 @@ _COLUMNS = {
     "tiresias": ("job_id", "num_gpu", "submit_time", "model_name", "duration"),
     "philly": ("timestamp", "duration", "num_gpus", "cluster"),
 }
+
+
+#: Trace timestamps are local wall-clock times; one with a zone could not be ordered
+#: against the others.
+NO_ZONE = "expected a local time without a time zone, as the trace's own timestamps"
 
 
 class TraceError(Exception):
@@ -59,22 +65,24 @@ class _Row:
 def parse_when(text: str, *, end: bool = False) -> datetime:
     """A ``--start``/``--end`` bound. A bare date as ``end`` still means that day's midnight:
     slices are half-open, [start, end)."""
+    kind = "end" if end else "start"
     try:
-        return datetime.fromisoformat(text)
+        when = datetime.fromisoformat(text)
     except ValueError:
-        pass
-    try:
-        return datetime.combine(date.fromisoformat(text), datetime.min.time())
-    except ValueError:
-        kind = "end" if end else "start"
-        raise TraceError(
-            f"--{kind} {text!r}: expected YYYY-MM-DD or 'YYYY-MM-DD HH:MM:SS'"
-        ) from None
+        try:
+            return datetime.combine(date.fromisoformat(text), datetime.min.time())
+        except ValueError:
+            raise TraceError(
+                f"--{kind} {text!r}: expected YYYY-MM-DD or 'YYYY-MM-DD HH:MM:SS'"
+            ) from None
+    if when.tzinfo is not None:
+        raise TraceError(f"--{kind} {text!r}: {NO_ZONE}")
+    return when
 
 
 def detect_format(path: Path) -> str:
     """Guess the format from the first non-blank character (``[`` is JSON) or the CSV header."""
-    with _open(path) as f:
+    with _open(path, errors="replace") as f:  # bad bytes are reported, with their line, later
         head = f.read(4096)
     stripped = head.lstrip()
     if stripped.startswith("["):
@@ -151,11 +159,25 @@ def _rebase(rows: list[_Row]) -> list[JobSpec]:
     return specs
 
 
-def _open(path: Path) -> TextIO:
+def _open(path: Path, errors: str = "strict") -> TextIO:
     try:
-        return path.open(newline="", encoding="utf-8")
+        return path.open(newline="", encoding="utf-8", errors=errors)
     except OSError as e:
         raise TraceError(f"{path}: cannot open: {e.strerror}") from None
+
+
+def _text(path: Path) -> str:
+    """The whole trace as text; bytes that are not UTF-8 are an error naming their line."""
+    try:
+        data = path.read_bytes()
+    except OSError as e:
+        raise TraceError(f"{path}: cannot open: {e.strerror}") from None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = data.count(b"\n", 0, e.start) + 1
+        column = e.start - (data.rfind(b"\n", 0, e.start) + 1) + 1
+        raise TraceError(f"{path}, line {line}, column {column}: not UTF-8 text") from None
 
 
 class _Cells:
@@ -194,59 +216,73 @@ class _Cells:
     def when(self, column: str) -> datetime:
         value = self.text(column)
         try:
-            return datetime.fromisoformat(value)
+            when = datetime.fromisoformat(value)
         except ValueError:
             raise self.fail(column, f"expected 'YYYY-MM-DD HH:MM:SS', got {value!r}") from None
+        if when.tzinfo is not None:
+            raise self.fail(column, f"{NO_ZONE}, got {value!r}")
+        return when
+
+
+def _csv_rows(path: Path) -> Iterator[tuple[int, list[str]]]:
+    """(line, cells) of each CSV record; a malformed one (a field over the csv module's
+    limit, a stray quote) is an error naming its line."""
+    reader = csv.reader(io.StringIO(_text(path), newline=""))
+    while True:
+        try:
+            row = next(reader)
+        except StopIteration:
+            return
+        except csv.Error as e:
+            raise TraceError(f"{path}, line {reader.line_num}: {e}") from None
+        yield reader.line_num, row
 
 
 def _read_csv(path: Path, fmt: str) -> Iterator[_Row]:
-    with _open(path) as f:
-        reader = csv.reader(f)
-        header = [c.strip() for c in next(reader, [])]
-        missing = [c for c in _COLUMNS[fmt] if c not in header]
-        if missing:
+    rows = _csv_rows(path)
+    header = [c.strip() for c in next(rows, (1, []))[1]]
+    missing = [c for c in _COLUMNS[fmt] if c not in header]
+    if missing:
+        raise TraceError(
+            f"{path}, line 1: missing column(s) {', '.join(missing)} for the {fmt} format"
+        )
+    index = {name: i for i, name in enumerate(header)}
+    seen: set[str] = set()
+    for line, row in rows:
+        if not row or all(not c.strip() for c in row):
+            continue
+        if len(row) != len(header):
+            col = min(len(row), len(header)) + 1
             raise TraceError(
-                f"{path}, line 1: missing column(s) {', '.join(missing)} for the {fmt} format"
+                f"{path}, line {line}, column {col}: expected {len(header)} fields, got {len(row)}"
             )
-        index = {name: i for i, name in enumerate(header)}
-        seen: set[str] = set()
-        for row in reader:
-            if not row or all(not c.strip() for c in row):
-                continue
-            if len(row) != len(header):
-                col = min(len(row), len(header)) + 1
-                raise TraceError(
-                    f"{path}, line {reader.line_num}, column {col}: "
-                    f"expected {len(header)} fields, got {len(row)}"
-                )
-            cells = _Cells(path, reader.line_num, index, row)
-            if fmt == "tiresias":
-                job_id = cells.text("job_id")
-                if job_id in seen:
-                    raise cells.fail("job_id", f"duplicate job id {job_id!r}")
-                seen.add(job_id)
-                yield _Row(
-                    job_id=job_id,
-                    gpus=cells.gpus("num_gpu"),
-                    submit=cells.number("submit_time"),
-                    duration=cells.number("duration"),
-                    model=row[index["model_name"]].strip() or None,
-                )
-            else:
-                yield _Row(
-                    job_id=str(reader.line_num),  # Philly rows have no id; the line is unique
-                    gpus=cells.gpus("num_gpus"),
-                    submit=cells.when("timestamp"),
-                    duration=cells.number("duration"),
-                    vc=cells.text("cluster"),
-                )
+        cells = _Cells(path, line, index, row)
+        if fmt == "tiresias":
+            job_id = cells.text("job_id")
+            if job_id in seen:
+                raise cells.fail("job_id", f"duplicate job id {job_id!r}")
+            seen.add(job_id)
+            yield _Row(
+                job_id=job_id,
+                gpus=cells.gpus("num_gpu"),
+                submit=cells.number("submit_time"),
+                duration=cells.number("duration"),
+                model=row[index["model_name"]].strip() or None,
+            )
+        else:
+            yield _Row(
+                job_id=str(line),  # Philly rows have no id; the line is unique
+                gpus=cells.gpus("num_gpus"),
+                submit=cells.when("timestamp"),
+                duration=cells.number("duration"),
+                vc=cells.text("cluster"),
+            )
 
 
 def _read_json(path: Path, skipped: Counter[str]) -> Iterator[_Row]:
     """Philly ``cluster_job_log``: a JSON list of jobs. Decoded one job at a time so that an
     error can name the line and column where the bad job starts."""
-    with _open(path) as f:
-        text = f.read()
+    text = _text(path)
     decoder = json.JSONDecoder()
     pos = _skip_ws(text, 0)
     if not text.startswith("[", pos):
@@ -258,6 +294,8 @@ def _read_json(path: Path, skipped: Counter[str]) -> Iterator[_Row]:
             job, after = decoder.raw_decode(text, pos)
         except json.JSONDecodeError as e:
             raise TraceError(f"{path}, line {e.lineno}, column {e.colno}: {e.msg}") from None
+        except RecursionError:
+            raise TraceError(f"{_where(path, text, pos)}: a job nested too deeply") from None
         row = _json_job(job, lambda msg, p=pos: TraceError(f"{_where(path, text, p)}: {msg}"))
         if isinstance(row, str):
             skipped[row] += 1
@@ -286,9 +324,13 @@ def _json_job(job: object, fail: Callable[[str], TraceError]) -> _Row | str:
             return None
         if isinstance(value, str):
             try:
-                return datetime.fromisoformat(value)
+                when = datetime.fromisoformat(value)
             except ValueError:
                 pass
+            else:
+                if when.tzinfo is not None:
+                    raise fail(f"job {job_id!r}: {what}: {NO_ZONE}, got {value!r}")
+                return when
         raise fail(f"job {job_id!r}: {what}: expected 'YYYY-MM-DD HH:MM:SS', got {value!r}")
 
     submitted = stamp(job.get("submitted_time"), "submitted_time")

@@ -1,0 +1,118 @@
+"""Every command line refuses a bad input with a message naming the problem and exit code 2:
+no traceback, no silent acceptance, no run that fails (or never ends) later."""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from coordinator.cli import main as tiresias
+from coordinator.service import keys
+from coordinator.service.agent import main as agent
+from coordinator.service.coordinator import main as coordinator
+from coordinator.sim.cli import main as sim
+from tiresias_launch.run import main as run
+
+REPO = Path(__file__).resolve().parents[1]
+SCRIPT = str(REPO / "examples" / "fake_job.py")
+FIGURE7 = str(REPO / "examples" / "traces" / "figure7.csv")
+HUGE = str(10**30)
+
+
+def _exit_code(main: Callable[[list[str]], int], argv: list[str]) -> int:
+    try:
+        return main(argv)
+    except SystemExit as e:  # argparse
+        return int(e.code or 0)
+
+
+def _check(
+    capsys: pytest.CaptureFixture[str], main: Callable, argv: list[str], problem: str
+) -> None:
+    code = _exit_code(main, argv)
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert "Traceback" not in err
+    assert problem in err.strip().splitlines()[-1], err
+
+
+@pytest.fixture
+def busy_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        yield s.getsockname()[1]
+
+
+def test_service_commands(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, busy_port: int
+) -> None:
+    state = ["--state", str(tmp_path / "state")]
+    curve = ["--curve-keys", str(keys.generate(tmp_path / "keys"))]
+    cases: list[tuple[Callable, list[str], str]] = [
+        (coordinator, [*state, "--policy", "bogus"], "invalid choice: 'bogus'"),
+        (coordinator, [*state, "--thresholds", "-5"], "thresholds must be positive"),
+        (coordinator, [*state, "--bind", "garbage"], "--bind garbage"),
+        (
+            coordinator,
+            [*state, *curve, "--bind", f"tcp://127.0.0.1:{busy_port}"],
+            "Address already in use",
+        ),
+        (coordinator, [*state, "--packlimit", "nan"], "expected a finite number"),
+        (coordinator, [*state, "--packlimit", "5"], "expected a number in [0, 1]"),
+        (coordinator, [*state, "--grace", "-1"], "expected seconds >= 0"),
+        (coordinator, [*state, "--metrics-port", "99999"], "expected a TCP port"),
+        (tiresias, ["queue", "--coordinator", "garbage"], "coordinator address 'garbage'"),
+        (tiresias, ["submit", "--workers", HUGE, SCRIPT], "expected a whole number"),
+        (tiresias, ["submit", "--env", "NOVALUE", SCRIPT], "expected NAME=VALUE"),
+        (tiresias, ["submit", "--timeout", "-1", SCRIPT], "expected seconds > 0"),
+        (tiresias, ["keys", "generate", "/proc/no/such/dir"], "keys generate"),
+        (agent, ["--coordinator", "garbage", "--workdir", str(tmp_path)], "address 'garbage'"),
+        (agent, ["--gpus", "1000000000"], "a node has 1 to 1024 GPUs"),
+        (agent, ["--heartbeat", "0"], "expected seconds > 0"),
+        (run, ["--workers", HUGE, SCRIPT], "expected a whole number"),
+        (run, ["--workers", "1000000000", SCRIPT], "at most 1024 GPUs"),
+        (run, ["--grace", "-1", SCRIPT], "expected seconds >= 0"),
+        (run, [*state, "--bind", "garbage", SCRIPT], "--bind garbage"),
+        (run, [*state, "--thresholds", "-5", SCRIPT], "thresholds must be positive"),
+    ]
+    for main, argv, problem in cases:
+        _check(capsys, main, argv, problem)
+
+
+def test_simulator(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    big_field = tmp_path / "big.csv"
+    big_field.write_text(
+        "job_id,num_gpu,submit_time,model_name,duration\n1,1,0," + "m" * 200_000 + ",5\n"
+    )
+    zones = tmp_path / "zones.csv"
+    zones.write_text(
+        "timestamp,duration,num_gpus,cluster\n"
+        "2017-10-09 10:00:00,60,1,vc1\n2017-10-09 11:00:00+00:00,60,1,vc1\n"
+    )
+    deep = tmp_path / "deep.json"
+    deep.write_text("[" + "[" * 200_000 + "]" * 200_000 + "]")
+    not_utf8 = tmp_path / "latin1.csv"
+    not_utf8.write_bytes(
+        b"job_id,num_gpu,submit_time,model_name,duration\n1,1,0,m,5\n2,1,0,caf\xe9,5\n"
+    )
+    a_file = tmp_path / "file"
+    a_file.write_text("")
+    run = ["--policy", "las", "--no-progress"]
+    cases = [
+        ([str(big_field), *run], "big.csv, line 2: field larger than field limit"),
+        ([str(zones), *run], "zones.csv, line 3, column 1 (timestamp): expected a local time"),
+        ([str(deep), *run], "deep.json, line 1, column 2: a job nested too deeply"),
+        ([str(not_utf8), *run], "latin1.csv, line 3, column 10: not UTF-8 text"),
+        ([FIGURE7, *run, "--cluster", "1000000000x1"], "at most 100000 machines"),
+        ([FIGURE7, *run, "--out", str(a_file / "out")], f"--out {a_file / 'out'}"),
+        ([FIGURE7, *run, "--limit", "-1"], "expected a whole number"),
+        ([FIGURE7, *run, "--packlimit", "5"], "expected a number in [0, 1]"),
+        ([FIGURE7, *run, "--packlimit", "nan"], "expected a finite number"),
+        ([FIGURE7, *run, "--interval", "inf"], "expected a finite number"),
+    ]
+    for argv, problem in cases:
+        _check(capsys, sim, argv, problem)
