@@ -373,3 +373,33 @@ def test_horovod_custom_loop_dies_by_sigterm_and_restarts_from_step_0(
     assert codes == {("chief", -signal.SIGTERM), ("worker", -signal.SIGTERM)}, job
     run.cli("cancel", "j1")
     assert run.finish() == 130
+
+
+@pytest.mark.tf
+def test_loop_with_its_own_checkpoint_manager_resumes_from_its_own_save(
+    tiresias_run: Any, tmp_path: Path
+) -> None:
+    """The multi-worker tutorial's loop saves with ``tf.train.CheckpointManager`` after every
+    epoch: preempted by the policy, it dies of SIGTERM and resumes from its own last save;
+    the runtime restores nothing over it, and the hold hook has nothing to hold."""
+    own = tmp_path / "own-checkpoints"
+    script = str(SCRIPTS / "custom_loop_checkpoint_manager.py")
+    run = tiresias_run(script, str(own), "1000000", hold_at=5)
+    run.wait("two epochs in Q2", lambda: "epoch 2 loss" in run.log() and run.job()["queue"] == 1)
+    submit_competitor(run)
+    run.wait("the resumed run to train", lambda: len(run.runs()) == 2 and "loss" in run.runs()[1])
+    first, second = run.runs()
+    said = "this job cannot be checkpointed: custom_loop_checkpoint_manager.py uses no"
+    for text in (first, second):
+        assert text.count(said) == 1 and "holding at step" not in text, text
+    assert "resumes from its own last CheckpointManager save" in first
+    printed = [int(e) for e in re.findall(r"^epoch (\d+) loss", first, flags=re.M)]
+    resumed = int(re.findall(r"^epoch (\d+) loss", second, flags=re.M)[0])
+    # it saves, then prints: the kill may fall between the two
+    assert printed == list(range(len(printed))) and len(printed) <= resumed <= len(printed) + 1
+    assert "restored " in second and "tiresias: resumed" not in second, second
+    assert not (run.state / "checkpoints").exists() or not any(
+        (run.state / "checkpoints").rglob("MANIFEST.json")
+    )
+    run.cli("cancel", "j1")
+    assert run.finish() == 130
