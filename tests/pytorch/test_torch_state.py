@@ -137,3 +137,8 @@ def test_plain_torchrun_script_runs_unchanged(tmp_path: Path) -> None:
     assert gang.wait(TIMEOUT) == [0] * 3, gang.tails()
     lines = sorted(log.read_text().strip().splitlines()[-1] for log in gang.logs)
     assert lines == [f"rank {r}/3 local {r}: sum 6" for r in range(3)]
+    said = [
+        log.read_text().count("this job cannot be checkpointed: torchrun_plain.py")
+        for log in gang.logs
+    ]
+    assert said == [1, 0, 0]  # nothing to checkpoint: the chief says so once
