@@ -38,7 +38,9 @@ class SchedulerConfig:
     its restore before it trains). ``cheap_victims``: with "running-first", the running jobs
     of a queue that are cheapest to stop and restart (checkpoint + restore cost) rank last,
     so they are preempted first. Both off by default: neither won on the measured slices
-    (docs/simulator.md)."""
+    (docs/simulator.md). ``learn_thresholds``: tiresias-l and tiresias-g replace
+    ``queue_thresholds`` (their starting point) by thresholds learned from completed jobs'
+    service (``coordinator.core.policies._Queued``)."""
 
     queue_thresholds: tuple[float, ...] = DEFAULT_QUEUE_THRESHOLDS
     promote_knob: float = math.inf
@@ -48,6 +50,7 @@ class SchedulerConfig:
     min_run: float = 0.0
     min_run_restores: float = 0.0
     cheap_victims: bool = False
+    learn_thresholds: bool = False
 
     def __post_init__(self) -> None:
         q = tuple(float(x) for x in self.queue_thresholds)
@@ -81,6 +84,7 @@ class SchedulerConfig:
             "min_run": self.min_run,
             "min_run_restores": self.min_run_restores,
             "cheap_victims": self.cheap_victims,
+            "learn_thresholds": self.learn_thresholds,
         }
 
     @classmethod
@@ -96,4 +100,5 @@ class SchedulerConfig:
             min_run=float(d.get("min_run", 0.0)),  # type: ignore[arg-type]
             min_run_restores=float(d.get("min_run_restores", 0.0)),  # type: ignore[arg-type]
             cheap_victims=bool(d.get("cheap_victims", False)),
+            learn_thresholds=bool(d.get("learn_thresholds", False)),
         )

@@ -102,6 +102,45 @@ class ServiceDistribution:
             within -= done * a
         return done / (within + (len(self._sorted) - j) * delta)
 
+    def quantiles(self, count: int) -> list[float]:
+        """``count`` evenly spaced order statistics of the merged samples (all of them when
+        there are fewer): a sketch that keeps the shape of the distribution."""
+        s = self._sorted
+        if len(s) <= count:
+            return list(s)
+        return [s[round(i * (len(s) - 1) / (count - 1))] for i in range(count)]
+
+    def thresholds(
+        self, *, floor: float, spacing: float, max_queues: int, grid: int = 400
+    ) -> tuple[float, ...]:
+        """Queue thresholds derived from the Gittins index (full horizon) of this
+        distribution. A job's queue ends where its index falls below the index the queue's
+        jobs had when they entered it: past that point, a job that has run longer is a worse
+        bet than a fresh one, so it should yield, while within a queue (index at or above
+        the entry's) serving the job that has run longest, FIFO, is right. Thresholds are at
+        least ``floor`` GPU-s and ``spacing`` × the previous one (noise in a small sample
+        would otherwise split queues finely, and each split costs preemptions); at most
+        ``max_queues`` queues. Candidates are ``grid`` quantiles of the samples below the
+        99.5th percentile (the extreme tail is a few jobs: no queue of its own); the index is
+        computed on a 2,000-point sketch, so a call costs O(grid × 2,000) whatever the
+        history."""
+        sketch = ServiceDistribution(self.quantiles(2000))
+        out: list[float] = []
+        entry = sketch.gittins_index(0.0)
+        top = sketch._sorted[-1] if sketch._sorted else 0.0
+        for a in sorted(set(self.quantiles(grid)[: int(0.995 * grid)])):
+            if a >= top:  # no job of the history outlived it: nothing to learn there
+                break
+            if len(out) == max_queues - 1:
+                break
+            if a < max(floor, spacing * (out[-1] if out else 0.0)):
+                continue
+            g = sketch.gittins_index(a)
+            if g < entry:
+                out.append(a)
+                entry = g
+        return tuple(out)
+
     def export_state(self) -> dict[str, object]:
         return {
             "sorted": list(self._sorted),

@@ -164,6 +164,12 @@ def build_parser() -> argparse.ArgumentParser:
         "or FIFO by first start (a preempted job may evict a later-started one)",
     )
     s.add_argument(
+        "--learn-thresholds",
+        action=argparse.BooleanOptionalAction,
+        help="tiresias-l/-g: learn the queue thresholds from completed jobs' GPU service "
+        "(Gittins-derived, re-learned online; --thresholds is where they start)",
+    )
+    s.add_argument(
         "--min-run",
         type=float,
         metavar="S",
@@ -265,6 +271,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             min_run=args.min_run,
             min_run_restores=args.min_run_restores,
             cheap_victims=args.cheap_victims,
+            learn_thresholds=args.learn_thresholds,
             interval=args.interval,
             gittins_samples=_samples(args.gittins_samples) if args.gittins_samples else None,
             gittins_variant=args.gittins_variant,

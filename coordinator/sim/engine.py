@@ -55,6 +55,8 @@ class SimOptions:
     min_run: float | None = None
     min_run_restores: float | None = None
     cheap_victims: bool | None = None
+    # tiresias-l/-g: thresholds learned from completed jobs (``thresholds``: the start)
+    learn_thresholds: bool | None = None
     # Re-evaluate priorities every ``interval`` seconds too; for las, instead of at the exact
     # times when attained services cross (the paper's Figure 7 model).
     interval: float | None = None
@@ -334,15 +336,21 @@ def build_scheduler(
         interval=opts.interval or 0.0,
         **{  # None: the core's default
             name: value
-            for name in ("queue_order", "min_run", "min_run_restores", "cheap_victims")
+            for name in (
+                "queue_order",
+                "min_run",
+                "min_run_restores",
+                "cheap_victims",
+                "learn_thresholds",
+            )
             if (value := getattr(opts, name)) is not None
         },
     )
     params: dict[str, object] = {}
+    if policy in ("tiresias-l", "tiresias-g") and opts.gittins_samples is not None:
+        params["distribution"] = ServiceDistribution(opts.gittins_samples)
     if policy == "tiresias-g":
         params["learn"] = opts.gittins_learn
-        if opts.gittins_samples is not None:
-            params["distribution"] = ServiceDistribution(opts.gittins_samples)
         if opts.gittins_variant is not None:
             params["variant"] = opts.gittins_variant
     elif policy == "las" and opts.interval:

@@ -88,3 +88,18 @@ def test_seed_file_loads() -> None:
     d = ServiceDistribution.parse(lines)
     assert len(d) == len(lines) - 1 > 0
     assert d.gittins_index(0, 3600) > d.gittins_index(10**9, 3600) == 0.0
+
+
+def test_thresholds_split_where_the_index_falls() -> None:
+    # a job past 100 GPU-s is likely a 10,000 one, and past 10,000 likely a 1,000,000 one
+    trimodal = ServiceDistribution([100.0] * 100 + [10000.0] * 50 + [1e6] * 10)
+    assert trimodal.thresholds(floor=0.0, spacing=1.0, max_queues=6) == (100.0, 10000.0)
+    assert trimodal.thresholds(floor=1000.0, spacing=1.0, max_queues=6) == (10000.0,)
+    assert trimodal.thresholds(floor=0.0, spacing=1000.0, max_queues=6) == (100.0,)
+    assert trimodal.thresholds(floor=0.0, spacing=1.0, max_queues=2) == (100.0,)
+    # past 500 a job is likely to end at 3,000 soon: it stays ahead of fresh jobs
+    bimodal = ServiceDistribution([500.0] * 20 + [3000.0] * 90 + [100000.0] * 10)
+    assert bimodal.thresholds(floor=0.0, spacing=1.0, max_queues=6) == (3000.0,)
+    # light-tailed: the longer a job has run, the sooner it ends, so one FIFO queue is right
+    uniform = ServiceDistribution([1000.0 + i for i in range(1000)])
+    assert uniform.thresholds(floor=0.0, spacing=1.0, max_queues=6) == ()

@@ -621,3 +621,45 @@ def test_checkpointability_survives_a_snapshot() -> None:
     s.update_checkpointable("a", False, 1.0)
     restored = Scheduler.from_state(s.export_state(), make_policy("tiresias-l"))
     assert restored.job("a").checkpointable is False
+
+
+def learning(seed: list[float], gpus: int = 30) -> Scheduler:
+    policy = make_policy("tiresias-l", distribution=ServiceDistribution(seed))
+    config = SchedulerConfig(queue_thresholds=(36000.0,), learn_thresholds=True)
+    return Scheduler([Node("n", tuple(range(gpus)))], policy, make_placement("consolidate"), config)
+
+
+def test_learned_thresholds_replace_the_configured_ones() -> None:
+    s = learning([3000.0] * 90 + [100000.0] * 10)  # a job past 3,000 GPU-s is a long one
+    s.submit(spec("a", 1, duration=None), 0)
+    settle(s, 0)
+    assert s.policy.thresholds == (3000.0,)  # type: ignore[attr-defined]
+    assert s.next_wakeup(0) == 3000.0  # not at the configured 36,000
+    few = learning([3000.0] * 90 + [100000.0] * 9)  # 99 samples: not enough to learn from
+    few.schedule(0)
+    assert few.policy.thresholds == (36000.0,)  # type: ignore[attr-defined]
+
+
+def test_relearning_never_reshuffles_a_running_job() -> None:
+    # history: every job ran 50,000 GPU-s, so one FIFO queue (no threshold)
+    s = learning([50000.0] * 100)
+    for name in ["big", *(f"s{i}" for i in range(25))]:
+        s.submit(spec(name, 1, duration=None), 0)
+    settle(s, 0)
+    assert s.policy.thresholds == ()  # type: ignore[attr-defined]
+    for i in range(25):  # 25 jobs of 4,000 GPU-s: a job past 4,000 is now a long one
+        s.exited(f"s{i}", 4000.0, ExitOutcome.COMPLETED)
+    s.submit(spec("late", 1, arrival=4000, duration=None), 4000)
+    settle(s, 4000.0)
+    assert s.policy.thresholds == (4000.0,)  # type: ignore[attr-defined]
+    big = s.job("big")  # at 4,000 GPU-s, but it keeps its queue while it runs
+    assert big.state is JobState.RUNNING and big.queue == 0
+    assert s.next_wakeup(4000.0) == 8000.0  # late's demotion; big has none in this run
+    assert s.cancel("late", 4000.0) == [Kill("late")]
+    s.exited("late", 4000.0, CP)
+    state = json.loads(json.dumps(s.export_state()))
+    r = Scheduler.from_state(state, make_policy("tiresias-l"), make_placement("consolidate"))
+    assert r.policy.thresholds == (4000.0,) and r.next_wakeup(4000.0) is None  # type: ignore[attr-defined]
+    r.submit(spec("w", 30, arrival=5000, duration=None), 5000)
+    out = settle(r, 5000.0)  # a 30-GPU newcomer outranks nobody of queue 0 that runs
+    assert out == [] and r.job("big").queue == 0

@@ -32,7 +32,9 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
 
+from coordinator.core import ServiceDistribution
 from coordinator.core.model import JobSpec
+from coordinator.core.policies import LEARNED_FLOOR, LEARNED_MAX_QUEUES, LEARNED_SPACING
 from coordinator.sim.cli import cluster_from_shape
 from coordinator.sim.engine import SimOptions, run
 from coordinator.sim.report import job_metrics
@@ -72,6 +74,23 @@ VARIANTS: dict[str, tuple[str, dict[str, object]]] = {
         "tiresias-l",
         {"thresholds": (3250.0, 7200.0, 36000.0, 360000.0)},
     ),
+    "tiresias-l learned": ("tiresias-l", {"learn_thresholds": True}),
+    "tiresias-l learned from 3250,7200": (
+        "tiresias-l",
+        {"learn_thresholds": True, "thresholds": (3250.0, 7200.0)},
+    ),
+    "tiresias-l learned from history": (
+        "tiresias-l",
+        {"learn_thresholds": True, "gittins_samples": "history"},
+    ),
+    "tiresias-l oracle thresholds": ("tiresias-l", {"thresholds": "oracle"}),
+    "tiresias-g": ("tiresias-g", {}),
+    "tiresias-g learned": ("tiresias-g", {"learn_thresholds": True}),
+    # the paper's sensitivity settings (Figures 14/15), GPU-hours
+    "tiresias-l 1800": ("tiresias-l", {"thresholds": (1800.0,)}),
+    "tiresias-l 3600": ("tiresias-l", {"thresholds": (3600.0,)}),
+    "tiresias-l 3600,7200": ("tiresias-l", {"thresholds": (3600.0, 7200.0)}),
+    "tiresias-l 3600,7200,14400": ("tiresias-l", {"thresholds": (3600.0, 7200.0, 14400.0)}),
     # no thrashing, with the per-model cost table (every Philly job costs ResNet-50's)
     "tiresias-l model-cost": ("tiresias-l", {"preempt_cost": "model"}),
     "tiresias-l model-cost min-run 600": (
@@ -105,6 +124,7 @@ class Case:
     nodes: int
     specs: tuple[JobSpec, ...]
     left_out: int  # jobs larger than the cluster
+    history: tuple[float, ...]  # GPU service of the virtual cluster's jobs of the 28 days before
 
     @property
     def name(self) -> str:
@@ -131,11 +151,13 @@ def cases(trace: Path, slices: tuple[tuple[str, str], ...]) -> list[Case]:
             JobSpec(s.job_id, s.gpus, s.arrival, float(max(1, int(s.duration or 0))), vc=vc)
             for s in load_trace(trace, start=start, end=start + timedelta(days=DAYS), vc=vc).specs
         ]
+        before = load_trace(trace, start=start - timedelta(days=28), end=start, vc=vc).specs
+        history = tuple(s.gpus * (s.duration or 0.0) for s in before)
         demand = sum(s.gpus * (s.duration or 0.0) for s in specs) / (DAYS * 86400)
         for target in LOADS:
             nodes = max(1, round(demand / (target * GPUS_PER_NODE)))
             fit = tuple(s for s in specs if s.gpus <= nodes * GPUS_PER_NODE)
-            out.append(Case(vc, day, target, nodes, fit, len(specs) - len(fit)))
+            out.append(Case(vc, day, target, nodes, fit, len(specs) - len(fit), history))
     return out
 
 
@@ -166,6 +188,14 @@ def run_reference(script: Path, case: Case, schedule: str) -> dict[str, float]:
 
 def run_ours(case: Case, variant: str) -> dict[str, float]:
     policy, options = VARIANTS[variant]
+    if options.get("thresholds") == "oracle":  # learned from the slice's own jobs, up front
+        service = ServiceDistribution(s.gpus * (s.duration or 0.0) for s in case.specs)
+        learned = service.thresholds(
+            floor=LEARNED_FLOOR, spacing=LEARNED_SPACING, max_queues=LEARNED_MAX_QUEUES
+        )
+        options = options | {"thresholds": learned}
+    if options.get("gittins_samples") == "history":
+        options = options | {"gittins_samples": case.history or None}
     nodes = cluster_from_shape(f"{case.nodes}x{GPUS_PER_NODE}")
     result = run(list(case.specs), nodes, policy, SimOptions(**options))  # type: ignore[arg-type]
     m = job_metrics(result.jobs)
