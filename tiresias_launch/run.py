@@ -32,7 +32,7 @@ from coordinator.cli import (
     quiet_broken_pipe,
     script_argv,
 )
-from coordinator.core.config import DEFAULT_QUEUE_THRESHOLDS
+from coordinator.core.config import DEFAULT_QUEUE_THRESHOLDS, thresholds_text
 from coordinator.core.model import CoreError
 from coordinator.core.policies import POLICY_NAMES
 from coordinator.service.agent import MAX_VIRTUAL_GPUS, Agent, discover_gpus, nvml_gpus
@@ -153,7 +153,7 @@ def parser() -> argparse.ArgumentParser:
         type=comma_floats,
         default=None,
         help="embedded mode: queue thresholds on attained GPU-seconds, comma-separated "
-        f"(default {DEFAULT_QUEUE_THRESHOLDS[0]:g})",
+        f"(default {thresholds_text(DEFAULT_QUEUE_THRESHOLDS)})",
     )
     ap.add_argument("--curve-keys", default=None, help="CURVE key directory")
     ap.add_argument("--name", default=None, help="job name")

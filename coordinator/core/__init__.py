@@ -3,8 +3,9 @@ randomness. The CONTRACT is in ``coordinator.core.scheduler``.
 
 Decisions taken here (each also documented where it is implemented):
 
-- Queues: default K = 2 with Q_1^hi = 36000 GPU-seconds, 10 GPU-hours
-  (``DEFAULT_QUEUE_THRESHOLDS``, chosen by simulation on Philly); a job is in queue i while
+- Queues: default K = 5 with thresholds at 3,250, 7,200, 36,000 and 360,000 GPU-seconds
+  (``DEFAULT_QUEUE_THRESHOLDS``, chosen by simulation on Philly; ``learn_thresholds`` learns
+  them from completed jobs instead); a job is in queue i while
   Q_i ≤ W_J × t_J < Q_{i+1}, so it is demoted at the exact moment its attained service
   reaches a threshold (``next_wakeup`` returns that moment).
 - Inside a 2D-LAS queue: jobs that have started, FIFO by first start time, then never-started

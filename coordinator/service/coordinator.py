@@ -32,7 +32,7 @@ import zmq
 
 from coordinator import protocol
 from coordinator.argtypes import fraction, port, positive_count, positive_seconds, seconds
-from coordinator.core.config import DEFAULT_QUEUE_THRESHOLDS
+from coordinator.core.config import DEFAULT_QUEUE_THRESHOLDS, thresholds_text
 from coordinator.core.model import (
     CoreError,
     Decision,
@@ -1259,7 +1259,7 @@ def parser() -> argparse.ArgumentParser:
         type=comma_floats,
         default=list(DEFAULT_QUEUE_THRESHOLDS),
         help="queue thresholds on attained GPU-seconds, comma-separated "
-        f"(K-1 values for K queues; default {DEFAULT_QUEUE_THRESHOLDS[0]:g})",
+        f"(K-1 values for K queues; default {thresholds_text(DEFAULT_QUEUE_THRESHOLDS)})",
     )
     ap.add_argument(
         "--promote-knob",

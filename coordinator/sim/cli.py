@@ -185,7 +185,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--cheap-victims",
         action=argparse.BooleanOptionalAction,
         help="preempt the running jobs of a queue that are cheapest to stop and restart "
-        "first (GPUs × (checkpoint + restore), see --preempt-cost)",
+        "first (checkpoint + restore seconds, see --preempt-cost)",
     )
     s.add_argument(
         "--interval",
@@ -199,8 +199,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--gittins-samples",
         type=Path,
         metavar="FILE",
-        help="tiresias-g's initial service distribution: CSV with header 'duration', GPU-s "
-        "(or a shipped sample's name, e.g. yarn-gput1000)",
+        help="initial service distribution of tiresias-g and of learned thresholds: CSV "
+        "with header 'duration', GPU-s (or a shipped sample's name, e.g. yarn-gput1000)",
     )
     s.add_argument(
         "--gittins-variant",

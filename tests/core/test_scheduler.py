@@ -132,7 +132,7 @@ def test_factories_name_the_valid_choices() -> None:
     ):
         with pytest.raises(CoreError):
             SchedulerConfig(**bad)  # type: ignore[arg-type]
-    assert SchedulerConfig().queues == 2
+    assert SchedulerConfig().queues == 5
 
 
 # ---- starts, queues, demotion and promotion ---------------------------------------------
@@ -147,7 +147,7 @@ def test_start_takes_all_gpus_and_fifo_within_queue() -> None:
     s.submit(spec("b", 1, arrival=1), 1)
     # same queue: the started job keeps its GPUs, the newcomer waits (no head-of-queue churn)
     assert s.schedule(1) == []
-    assert s.next_wakeup(1) == 36000.0 / 2  # a's demotion: default Q_1^hi = 36000 GPU-s
+    assert s.next_wakeup(1) == 3250.0 / 2  # a's demotion: default Q_1^hi = 3,250 GPU-s
 
 
 def test_demotion_at_exact_crossing_then_preemption() -> None:

@@ -64,6 +64,11 @@ REFERENCE = {"dlas-gpu": "tiresias-l", "shortest-gpu": "srsf"}
 VARIANTS: dict[str, tuple[str, dict[str, object]]] = {
     "tiresias-l": ("tiresias-l", {}),
     "tiresias-l first-start": ("tiresias-l", {"queue_order": "first-start"}),
+    "tiresias-l 36000": ("tiresias-l", {"thresholds": (36000.0,)}),
+    "tiresias-l 36000 first-start": (
+        "tiresias-l",
+        {"thresholds": (36000.0,), "queue_order": "first-start"},
+    ),
     "tiresias-l 3250,7200": ("tiresias-l", {"thresholds": (3250.0, 7200.0)}),
     "tiresias-l 3250,7200 first-start": (
         "tiresias-l",
