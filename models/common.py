@@ -14,20 +14,12 @@ from typing import Any
 import tensorflow as tf
 
 import models
+from models import flags
 
 
 def arg_parser(description: str | None) -> argparse.ArgumentParser:
-    """Flags common to all scripts; a script adds its own before calling ``parse_args``."""
-    p = argparse.ArgumentParser(description=description)
-    p.add_argument("--model", default="mlp", choices=models.NAMES)
-    p.add_argument("--image-size", type=int, help="default: the model's smallest size (CPU)")
-    p.add_argument("--num-classes", type=int, default=1000)
-    p.add_argument("--batch-size", type=int, default=8, help="per process (per rank)")
-    p.add_argument("--steps", type=int, default=100, help="total training steps")
-    p.add_argument("--lr", type=float, default=0.01, help="SGD learning rate (momentum 0.9)")
-    p.add_argument("--seed", type=int, default=0, help="data for step s is drawn from seed+s")
-    p.add_argument("--log-every", type=int, default=10, help="steps between progress lines")
-    return p
+    """The common flags, with the TensorFlow models to choose from."""
+    return flags.arg_parser(description, models.NAMES)
 
 
 def parse_args(

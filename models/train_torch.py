@@ -19,25 +19,12 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
-from models import torch_nets
+from models import flags, torch_nets
 
 try:
     import tiresias
 except ImportError:  # plain PyTorch: the same training, just not preemptible
     tiresias = None
-
-
-def arg_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--model", default="mlp", choices=torch_nets.NAMES)
-    p.add_argument("--image-size", type=int, help="default: the model's smallest size (CPU)")
-    p.add_argument("--num-classes", type=int, default=1000)
-    p.add_argument("--batch-size", type=int, default=8, help="per process (per rank)")
-    p.add_argument("--steps", type=int, default=100, help="total training steps")
-    p.add_argument("--lr", type=float, default=0.01, help="SGD learning rate (momentum 0.9)")
-    p.add_argument("--seed", type=int, default=0, help="data of step s depends on (seed, s)")
-    p.add_argument("--log-every", type=int, default=10, help="steps between progress lines")
-    return p
 
 
 def synthetic_batch(
@@ -51,7 +38,7 @@ def synthetic_batch(
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    args = arg_parser().parse_args(argv)
+    args = flags.arg_parser(__doc__.split("\n\n")[0], torch_nets.NAMES).parse_args(argv)
     args.image_size = args.image_size or torch_nets.MIN_SIZE[args.model]
     distributed = int(os.environ.get("WORLD_SIZE", "1")) > 1
     if distributed:

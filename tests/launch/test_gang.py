@@ -15,8 +15,17 @@ def _ports():
     return lambda node: next(counter)
 
 
-def _plan(request: GangRequest, placement: dict[str, list[int]]):
-    return plan(request, "j7", placement, "tcp://c:1", "/ck", 2, _ports(), python="py")
+TWO_NODES = {"a": [0, 1], "b": [4]}
+TWO_HOSTS = {"a": "10.0.0.1", "b": "10.0.0.2"}
+
+
+def _plan(
+    request: GangRequest,
+    placement: dict[str, list[int]],
+    coordinator: str | None = "tcp://c:1",
+    **options: object,
+):
+    return plan(request, "j7", placement, coordinator, "/ck", 2, _ports(), python="py", **options)
 
 
 def test_single_runs_script_through_wrapper_on_its_gpu() -> None:
@@ -64,16 +73,8 @@ def test_allreduce_worker_zero_is_chief() -> None:
 
 
 def test_horovod_ranks_match_gloo_run_layout() -> None:
-    specs = plan(
-        GangRequest(("t.py",), workers=3, horovod=True),
-        "j",
-        {"a": [0, 1], "b": [4]},
-        None,
-        "/ck",
-        0,
-        _ports(),
-        hosts={"a": "10.0.0.1", "b": "10.0.0.2"},
-    )
+    request = GangRequest(("t.py",), workers=3, horovod=True)
+    specs = _plan(request, TWO_NODES, coordinator=None, hosts=TWO_HOSTS)
     env = [p.env for p in specs]
     assert [e["HOROVOD_RANK"] for e in env] == ["0", "1", "2"]
     assert [e["HOROVOD_LOCAL_RANK"] for e in env] == ["0", "1", "0"]
@@ -101,16 +102,7 @@ def test_inconsistent_request_is_refused() -> None:
 
 def test_every_script_process_gets_what_torchrun_gives() -> None:
     """``init_process_group()`` with its defaults (env://) works in every all-reduce shape."""
-    specs = plan(
-        GangRequest(("t.py",), workers=3),
-        "j9",
-        {"a": [0, 1], "b": [4]},
-        None,
-        "/ck",
-        1,
-        _ports(),
-        hosts={"a": "10.0.0.1", "b": "10.0.0.2"},
-    )
+    specs = _plan(GangRequest(("t.py",), workers=3), TWO_NODES, hosts=TWO_HOSTS)
     env = [p.env for p in specs]
     assert [e["RANK"] for e in env] == ["0", "1", "2"]
     assert [e["LOCAL_RANK"] for e in env] == ["0", "1", "0"]
@@ -121,7 +113,7 @@ def test_every_script_process_gets_what_torchrun_gives() -> None:
     [port] = {e["MASTER_PORT"] for e in env}  # one store, on rank 0's node, on its own port
     tf_ports = {a.rsplit(":", 1)[1] for a in json.loads(env[0]["TF_CONFIG"])["cluster"]["worker"]}
     assert port not in tf_ports
-    assert {e["TORCHELASTIC_RESTART_COUNT"] for e in env} == {"1"}
+    assert {e["TORCHELASTIC_RESTART_COUNT"] for e in env} == {"2"}
     [single] = _plan(GangRequest(("t.py",)), {"n1": [3]})
     assert (single.env["RANK"], single.env["WORLD_SIZE"], single.env["LOCAL_RANK"]) == (
         "0",
