@@ -18,6 +18,7 @@ import os
 import random
 import secrets
 import signal
+import socket
 import sqlite3
 import sys
 import threading
@@ -320,15 +321,15 @@ class Coordinator:
 
     # --- loop ---------------------------------------------------------------------------
     def run(self) -> None:
+        socket_path = identity.ipc_path(self.opts.bind)
+        if socket_path is not None:
+            _claim_socket(Path(socket_path))
         ctx = zmq.Context.instance()
         auth = None
         self.sock = ctx.socket(zmq.ROUTER)
         self.sock.linger = 0
         self.sock.setsockopt(zmq.MAXMSGSIZE, protocol.SOCKET_MAX_BYTES)
         self.sock.setsockopt(zmq.ROUTER_MANDATORY, 0)
-        socket_path = identity.ipc_path(self.opts.bind)
-        if socket_path is not None:
-            _socket_dir(Path(socket_path).parent)
         if self.opts.curve_keys is not None:
             curve.apply_server(self.sock, self.opts.curve_keys)
             auth = curve.Authenticator(ctx, self.opts.curve_keys)
@@ -1198,9 +1199,11 @@ def _fit(view: dict[str, Any], budget: int) -> dict[str, Any]:
     }
 
 
-def _socket_dir(directory: Path) -> None:
+def _claim_socket(path: Path) -> None:
     """Make the directory of an ipc:// socket, and refuse one where others could replace
-    the socket with their own."""
+    the socket with their own, or where a live coordinator already listens (binding would
+    silently take its socket away)."""
+    directory = path.parent
     directory.mkdir(mode=0o711, parents=True, exist_ok=True)
     st = directory.stat()
     if st.st_uid not in (0, os.geteuid()) or st.st_mode & 0o022:
@@ -1208,6 +1211,13 @@ def _socket_dir(directory: Path) -> None:
             f"socket directory {directory} is writable by other users, who could replace the "
             f"socket; use a directory only you (or root) may write"
         )
+    if path.exists():
+        with socket.socket(socket.AF_UNIX) as probe:
+            try:
+                probe.connect(str(path))
+            except OSError:
+                return  # left by a coordinator that is gone: binding replaces it
+        raise OSError(f"cannot serve on ipc://{path}: another coordinator is serving there")
 
 
 def _pending(run: dict[str, Any], node: str) -> bool:

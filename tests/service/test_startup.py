@@ -6,13 +6,17 @@ from __future__ import annotations
 import socket
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
 
 from coordinator.core.model import CoreError
+from coordinator.service.client import Client
 from coordinator.service.coordinator import Coordinator, Options
 from coordinator.service.keys import generate
+
+from .conftest import in_process_coordinator
 
 
 def test_bad_options_create_nothing_and_a_good_start_follows(tmp_path: Path) -> None:
@@ -81,3 +85,31 @@ def test_taken_ports_and_missing_keys_are_one_line_errors(tmp_path: Path) -> Non
             out = subprocess.run([*base, *args], capture_output=True, text=True, timeout=60)
             assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr
             assert f"tiresias-coordinator: {message}" in out.stderr
+
+
+def test_a_second_coordinator_on_a_live_socket_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "c.sock"
+    with socket.socket(socket.AF_UNIX) as gone:  # a socket file left by a dead process
+        gone.bind(str(path))
+    address = f"ipc://{path}"
+    with in_process_coordinator(Options(bind=address, state=tmp_path / "one")) as first:
+        second = Coordinator(Options(bind=address, state=tmp_path / "two"))
+        refused: list[BaseException] = []
+        thread = threading.Thread(target=lambda: _run_into(second, refused), daemon=True)
+        thread.start()
+        thread.join(60)
+        if thread.is_alive():  # it serves: the first lost its socket
+            second.stop.set()
+            thread.join(10)
+            pytest.fail("a second coordinator took the socket of a live one")
+        assert "another coordinator is serving there" in str(refused), refused
+        second.store.close()
+        with Client(first.address, timeout=5) as client:  # the first keeps its socket
+            assert client.request("nodes")["nodes"] == []
+
+
+def _run_into(coord: Coordinator, errors: list[BaseException]) -> None:
+    try:
+        coord.run()
+    except OSError as e:
+        errors.append(e)
