@@ -1,14 +1,14 @@
-"""Real TensorFlow jobs through ``tiresias-run`` on the embedded single-machine cluster,
-preempted the way users' jobs are: by the scheduling policy.
+"""Real TensorFlow and PyTorch jobs through ``tiresias-run`` on the embedded single-machine
+cluster, preempted the way users' jobs are: by the scheduling policy.
 
 Each test starts ``tiresias-run`` (2D-LAS, ``tiresias-l``) with a Q1 threshold of a few
 GPU-seconds and ``TIRESIAS_HOLD_AT_STEP=k`` for a step k drawn from a seeded generator: the
-TensorFlow job trains k steps and holds there until it is preempted, so it can neither finish
+training job trains k steps and holds there until it is preempted, so it can neither finish
 first nor be preempted elsewhere, however fast or loaded the machine. Once it has been demoted
 to Q2, a short competing job (``examples/fake_job.py``, submitted with ``tiresias submit
---coordinator``) then lands in Q1 and needs the GPU, so the scheduler preempts the TensorFlow
+--coordinator``) then lands in Q1 and needs the GPU, so the scheduler preempts the training
 job: every process of it checkpoints and exits 75, the competitor runs and finishes, and the
-TensorFlow job is started again, resumes from its checkpoint and finishes.
+training job is started again, resumes from its checkpoint and finishes.
 
 What is asserted comes from the job's own output (the chief's log, whose runs the agent
 separates with ``=== j1 restart N on local ===`` lines), the checkpoint on disk and
@@ -296,4 +296,15 @@ def test_horovod_job_is_preempted_and_resumes(embedded_run: StartRun) -> None:
     step, rank 0 checkpoints, both restore it on resume."""
     gang = ("--horovod", "--workers", "2")
     run = train_mlp_through_a_preemption(embedded_run, gang, "train_horovod.py", total=200)
+    assert len(runs_of(run.log(name="worker-1.log"))) == 2
+
+
+@pytest.mark.torch
+@pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="needs PyTorch")
+def test_pytorch_ddp_job_is_preempted_and_resumes(embedded_run: StartRun) -> None:
+    """``models/train_torch.py`` on 2 DDP ranks (gloo), started like a torchrun script: both
+    ranks stop at one agreed step, rank 0 checkpoints, both restore it on resume."""
+    run = train_mlp_through_a_preemption(
+        embedded_run, ("--workers", "2"), "train_torch.py", total=200
+    )
     assert len(runs_of(run.log(name="worker-1.log"))) == 2
