@@ -80,6 +80,8 @@ JOB_COLUMNS: list[tuple[str, Callable]] = [
     ("SKEW", lambda j: _num(j["skew"])),
     ("PLACEMENT", lambda j: _placement(j["placement"])),
     ("RESTARTS", lambda j: j["restarts"]),
+    # can a preemption checkpoint it: no = it restarts from step 0 (status JOB says why)
+    ("CKPT", lambda j: {True: "yes", False: "no"}.get(j.get("checkpointable"), "-")),
     ("USER", lambda j: j.get("owner") or "-"),
     ("NAME", lambda j: j["name"]),
 ]

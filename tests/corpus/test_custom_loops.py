@@ -259,6 +259,9 @@ def assert_restarted_from_zero(run: Run) -> None:
         "j1 stopped: preempted without a checkpoint (chief-0 SIGTERM); "
         "it restarts from step 0" in err
     ), err
+    table = run.cli("status").splitlines()
+    at = table[0].index("CKPT")  # the table of all jobs says it too
+    assert [row[at:].split()[0] for row in table[1:]] == ["no"], table
     status = run.cli("status", "j1")
     assert "checkpoint none: this job cannot be checkpointed: custom_loop_plain.py" in status
     assert "last exit  preempted without a checkpoint (chief-0 SIGTERM)" in status, status
