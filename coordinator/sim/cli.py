@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -15,6 +16,7 @@ from coordinator.core import GITTINS_VARIANTS, POLICY_NAMES, QUEUE_ORDERS, Servi
 from coordinator.core.model import CoreError, JobSpec, Node
 from coordinator.sim.engine import SimOptions, SimResult, build_scheduler, run
 from coordinator.sim.report import Bins, format_report, json_summary, write_outputs
+from coordinator.sim.sweep import SWEEP_NAMES, SweepError, format_table, parse_grid, plot, run_sweep
 from coordinator.sim.traces import FORMATS, TraceError, load_trace, parse_when, resolve_trace
 
 EXAMPLES = """\
@@ -228,6 +230,22 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="F",
         help="run-time factor for a job with skew > PACKLIMIT spread over machines",
     )
+    w = p.add_argument_group("sweeps")
+    w.add_argument(
+        "--sweep",
+        nargs="+",
+        action="append",
+        metavar=("NAME", "VALUE"),
+        help="run every combination of the swept values (repeatable, with --out DIR): NAME "
+        "is one of " + ", ".join(SWEEP_NAMES) + "; e.g. --sweep thresholds 3600 3600,7200 "
+        "--sweep load 0.8 1.1. Writes DIR/sweep.csv (a rerun resumes it), sweep.md, sweep.png",
+    )
+    w.add_argument(
+        "--workers",
+        type=positive_count,
+        default=os.cpu_count() or 1,
+        help="parallel simulations of a sweep (default: one per CPU, %(default)s)",
+    )
     o = p.add_argument_group("output")
     o.add_argument("--out", type=Path, metavar="DIR", help="write per-job CSVs, JSON, CDF plot")
     o.add_argument("--json", action="store_true", help="print only JSON metrics to stdout")
@@ -299,6 +317,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"tiresias-sim: skipped {count} job(s): {reason}", file=sys.stderr)
     if not trace.specs:
         parser.exit(2, "tiresias-sim: error: no jobs in the trace (or in the slice)\n")
+    if args.sweep:
+        return _sweep(parser, args, trace.specs, nodes, options)
     results = [_run(trace.specs, nodes, name, options, args.no_progress) for name in args.policy]
     _report_refused(results)
     bins = Bins(args.bins_gpus, args.bins_duration)
@@ -314,6 +334,49 @@ def main(argv: Sequence[str] | None = None) -> int:
         meta = {"trace": str(args.trace), "argv": list(argv if argv is not None else sys.argv)}
         for path in write_outputs(args.out, results, bins, meta):
             print(f"wrote {path}", file=sys.stderr)
+    return 0
+
+
+def _sweep(
+    parser: argparse.ArgumentParser,
+    args: argparse.Namespace,
+    specs: list[JobSpec],
+    nodes: list[Node],
+    options: SimOptions,
+) -> int:
+    if not args.out:
+        parser.error("--sweep needs --out DIR (its results file makes a sweep resumable)")
+    try:
+        grid = parse_grid(args.sweep)
+        rows, wall, ran = run_sweep(
+            specs,
+            nodes,
+            args.policy,
+            options,
+            grid,
+            args.out,
+            workers=args.workers,
+            make_cluster=cluster_from_shape,
+            quiet=args.no_progress,
+        )
+    except (SweepError, CoreError) as e:
+        parser.exit(2, f"tiresias-sim: error: {e}\n")
+    names = [n for n, _ in grid]
+    table = format_table(rows, names, markdown=False)
+    print(f"{args.trace}: {len(specs)} jobs; {len(rows)} configs ({ran} run now)")
+    print(table)
+    rate = f"{ran / wall * 60:.1f} configs/minute with {args.workers} workers" if ran else ""
+    (args.out / "sweep.md").write_text(
+        f"# Sweep of {', '.join(names)}\n\n`{shlex.join(sys.argv)}`\n\n"
+        f"{format_table(rows, names, markdown=True)}\n"
+    )
+    written = [args.out / "sweep.csv", args.out / "sweep.md"]
+    picture = plot(rows, grid, args.out / "sweep.png")
+    written += [picture] if picture else []
+    for path in written:
+        print(f"wrote {path}", file=sys.stderr)
+    if rate:
+        print(f"tiresias-sim: {ran} configs in {wall:.0f} s: {rate}", file=sys.stderr)
     return 0
 
 

@@ -91,6 +91,9 @@ VARIANTS: dict[str, tuple[str, dict[str, object]]] = {
     "tiresias-l oracle thresholds": ("tiresias-l", {"thresholds": "oracle"}),
     "tiresias-g": ("tiresias-g", {}),
     "tiresias-g learned": ("tiresias-g", {"learn_thresholds": True}),
+    "tiresias-g yarn-gput1000": ("tiresias-g", {"gittins_samples": "yarn-gput1000"}),
+    "tiresias-g history": ("tiresias-g", {"gittins_samples": "history"}),
+    "tiresias-g interval 600": ("tiresias-g", {"interval": 600.0}),
     # the paper's sensitivity settings (Figures 14/15), GPU-hours
     "tiresias-l 1800": ("tiresias-l", {"thresholds": (1800.0,)}),
     "tiresias-l 3600": ("tiresias-l", {"thresholds": (3600.0,)}),
@@ -201,6 +204,9 @@ def run_ours(case: Case, variant: str) -> dict[str, float]:
         options = options | {"thresholds": learned}
     if options.get("gittins_samples") == "history":
         options = options | {"gittins_samples": case.history or None}
+    elif isinstance(options.get("gittins_samples"), str):  # a shipped sample file
+        with resolve_trace(str(options["gittins_samples"])).open() as f:
+            options = options | {"gittins_samples": tuple(ServiceDistribution.parse(f).samples)}
     nodes = cluster_from_shape(f"{case.nodes}x{GPUS_PER_NODE}")
     result = run(list(case.specs), nodes, policy, SimOptions(**options))  # type: ignore[arg-type]
     m = job_metrics(result.jobs)
