@@ -26,6 +26,8 @@ examples:
       --policy tiresias-l --policy yarn-cs --out results/
   tiresias-sim cluster_job_log --vc 6214e9 --limit 5000 --policy tiresias-g \\
       --gittins-samples yarn-gput1000 --json
+  tiresias-sim philly --vc 11cb48 --start 2017-10-23 --end 2017-10-30 --cluster 5x4 \\
+      --policy tiresias-l --sweep thresholds 3600 3600,7200 --sweep load 0.8 1.1 --out sw/
 
 shipped traces, usable by name: philly, tiresias-60job (traces); yarn-gput1000,
 yarn-gput10000 (GPU-time samples for --gittins-samples)

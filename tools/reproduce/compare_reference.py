@@ -94,6 +94,10 @@ VARIANTS: dict[str, tuple[str, dict[str, object]]] = {
     "tiresias-g yarn-gput1000": ("tiresias-g", {"gittins_samples": "yarn-gput1000"}),
     "tiresias-g history": ("tiresias-g", {"gittins_samples": "history"}),
     "tiresias-g interval 600": ("tiresias-g", {"interval": 600.0}),
+    "tiresias-g history interval 600": (
+        "tiresias-g",
+        {"gittins_samples": "history", "interval": 600.0},
+    ),
     # the paper's sensitivity settings (Figures 14/15), GPU-hours
     "tiresias-l 1800": ("tiresias-l", {"thresholds": (1800.0,)}),
     "tiresias-l 3600": ("tiresias-l", {"thresholds": (3600.0,)}),
