@@ -2,16 +2,23 @@
 
 ``install()`` (run by ``python -m tiresias_launch.exec``) patches ``Model.fit`` as soon as
 Keras defines it, through an import hook, so the user's file is never edited. The patched
-``fit`` injects a callback that stops at a batch boundary when the gang agrees to, saves the
-model, the optimizer and the (epoch, batch) position, and exits with EXIT_CHECKPOINTED; on
-resume it restores them and continues at the exact batch: ``initial_epoch`` for whole epochs,
-and for a partly done epoch a first ``fit`` over the remaining batches (``Dataset.skip`` or
-sliced arrays), then the remaining epochs.
+``fit`` stops at a batch boundary when the gang agrees to, saves the model, the optimizer,
+the data position and the state of the stock callbacks, and exits with EXIT_CHECKPOINTED.
+On resume it continues at the exact batch, and callbacks cannot tell: a partly done epoch
+runs as one ``fit`` over its remaining batches (numbered from where they left off), then
+one ``fit`` for the remaining epochs, both driving one ``CallbackList`` that begins and ends
+training once and carries ``History`` and callback state over from the checkpoint.
+
+What "the remaining batches" are depends on the input (:mod:`tiresias_launch.keras_data`).
+Each ``fit`` call of a process is numbered; the checkpoint records the number and the
+``History`` of the calls already finished, so a script calling ``fit`` in a loop resumes the
+interrupted call and gets the recorded ``History`` back from the calls before it.
 """
 
 from __future__ import annotations
 
 import functools
+import importlib
 import importlib.abc
 import importlib.machinery
 import inspect
@@ -19,20 +26,69 @@ import logging
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any
 
+from tiresias_launch import keras_data
 from tiresias_launch.checkpoint import Checkpoint, CheckpointError
-from tiresias_launch.runtime import get_runtime
+from tiresias_launch.runtime import Runtime, get_runtime
 
 log = logging.getLogger(__name__)
 
-#: Module that defines ``Model`` → the module holding that flavour's ``Callback`` base.
+
+@dataclass(frozen=True)
+class Flavour:
+    """Where one Keras flavour keeps what the patched ``fit`` uses."""
+
+    callbacks: str  # module with Callback, CallbackList and History
+    dataset_base: str  # "module:Class" of PyDataset (Keras 3) or Sequence (tf_keras)
+    split: str  # "module:function" taking the validation split the way fit does
+    floatx: str  # "module:function" giving the float type fit converts arrays to
+    verbosity: Callable[[Any, Any], Any]  # (verbose, model) → what fit passes on
+
+    def load(self, spec: str) -> Any:
+        module, name = spec.split(":")
+        return getattr(importlib.import_module(module), name)
+
+
+def _tf_keras_verbosity(verbose: Any, model: Any) -> Any:
+    from tf_keras.src.engine.training import _get_verbosity
+
+    return _get_verbosity(verbose, model.distribute_strategy)
+
+
+#: Module that defines ``Model`` → its flavour.
 TARGETS = {
-    "keras.src.models.model": "keras.src.callbacks.callback",
-    "tf_keras.src.engine.training": "tf_keras.src.callbacks",
+    "keras.src.models.model": Flavour(
+        "keras.src.callbacks",
+        "keras.src.trainers.data_adapters.py_dataset_adapter:PyDataset",
+        "keras.src.trainers.data_adapters.array_slicing:train_validation_split",
+        "keras.src.backend:floatx",
+        lambda verbose, model: verbose,  # Keras 3's ProgbarLogger resolves "auto" itself
+    ),
+    "tf_keras.src.engine.training": Flavour(
+        "tf_keras.src.callbacks",
+        "tf_keras.src.utils.data_utils:Sequence",
+        "tf_keras.src.engine.data_adapter:train_validation_split",
+        "tf_keras.src.backend:floatx",
+        _tf_keras_verbosity,
+    ),
 }
 _PATCHED = "__tiresias_patched__"
+
+#: Stock callbacks whose state must survive a preemption: class name → attributes.
+CALLBACK_STATE = {
+    "History": ("epoch", "history"),
+    "EarlyStopping": ("wait", "stopped_epoch", "best", "best_weights", "best_epoch"),
+    "ReduceLROnPlateau": ("wait", "cooldown_counter", "best"),
+    "ModelCheckpoint": (
+        "best",
+        "epochs_since_last_save",
+        "_batches_seen_since_last_saving",
+        "_last_batch_seen",
+    ),
+}
 
 
 def install() -> None:
@@ -49,13 +105,13 @@ def _patch_module(module: ModuleType) -> None:
     if getattr(model_cls.fit, _PATCHED, False):
         return
     original = model_cls.fit
-    callback_base = importlib.import_module(TARGETS[module.__name__]).Callback
+    flavour = TARGETS[module.__name__]
 
     @functools.wraps(original)
     def fit(self: Any, *args: Any, **kwargs: Any) -> Any:
         if _backs_up_itself(original, self, args, kwargs):
             return original(self, *args, **kwargs)
-        return _PreemptibleFit(original, callback_base, self, args, kwargs).run()
+        return _PreemptibleFit(original, flavour, self, args, kwargs).run()
 
     setattr(fit, _PATCHED, True)
     model_cls.fit = fit
@@ -109,37 +165,51 @@ class _PatchingFinder(importlib.abc.MetaPathFinder):
         return None
 
 
-def _skip(data: Any, batches: int, batch_size: int) -> Any | None:
-    """``data`` without its first ``batches`` batches, or None when that cannot be done."""
-    if data is None:
-        return data
-    import tensorflow as tf
+@dataclass
+class _Job:
+    """What this process knows about the job across its ``fit`` calls."""
 
-    if isinstance(data, tf.data.Dataset):
-        return data.skip(batches)
-    if hasattr(data, "shape") and hasattr(data, "__getitem__"):
-        return data[batches * batch_size :]
-    if isinstance(data, (list, tuple)):
-        parts = [_skip(d, batches, batch_size) for d in data]
-        return None if any(p is None for p in parts) else type(data)(parts)
-    if isinstance(data, dict):
-        parts = {k: _skip(v, batches, batch_size) for k, v in data.items()}
-        return None if any(p is None for p in parts.values()) else parts
-    return None
+    plan: Checkpoint | None  # the checkpoint to resume from (read at the first fit call)
+    calls: int = 0  # fit calls started in this process
+    step: int = 0  # batches trained by the job, all fit calls and runs together
+    restored: bool = False  # the runtime's one restore has been done
+    finished: list[dict[str, Any]] = field(default_factory=list)  # History of each done call
+
+    @property
+    def position(self) -> dict[str, Any]:
+        return self.plan.manifest.position if self.plan else {}
+
+    @property
+    def resume_call(self) -> int | None:
+        """Number of the fit call the checkpoint was written in (older ones: the first)."""
+        return self.position.get("fit_call", 0) if self.plan else None
+
+
+_job: _Job | None = None
+
+
+def _the_job(rt: Runtime) -> _Job:
+    global _job
+    if _job is None:
+        complete = rt.store.complete()
+        _job = _Job(complete[0] if complete else None)
+        _job.finished = list(_job.position.get("finished_fits", []))
+    return _job
 
 
 class _PreemptibleFit:
-    """One call of the user's ``fit``, split around the restored position."""
+    """One call of the user's ``fit``: replayed from the checkpoint, resumed, or run."""
 
     def __init__(
         self,
         original: Callable[..., Any],
-        callback_base: type,
+        flavour: Flavour,
         model: Any,
         args: tuple[Any, ...],
         kwargs: dict[str, Any],
     ) -> None:
         self.original = original
+        self.flavour = flavour
         self.model = model
         signature = inspect.signature(original)
         bound = signature.bind(model, *args, **kwargs)
@@ -151,140 +221,275 @@ class _PreemptibleFit:
             if p.default is not inspect.Parameter.empty
         }
         self.rt = get_runtime()
-        self.callback = _make_callback(callback_base)(self)
-        self.step = 0
+        self.job = _the_job(self.rt)
+        self.call = self.job.calls
+        self.job.calls += 1
         self.epoch = 0
-        self.batch = 0
-        self.first_batch = 0  # batches of the first epoch already done before a resume
-        self.planned_step: int | None = None
-        self.restored: Checkpoint | None = None
+        self.batch = 0  # batches of the current epoch done
+        self.fit_step = 0  # batches trained by this fit call, all runs together
         self.checkpointer: Any = None
+        self.callbacks: Any = None
+        self.source: keras_data.Source | None = None
+        self.restored_callbacks: dict[str, Any] = {}  # callback state from the checkpoint
+        self.restored_metrics: list[Any] = []  # metric totals of the partly done epoch
 
     def arg(self, name: str) -> Any:
         """An argument of the user's call, or ``fit``'s default for it."""
         return self.arguments.get(name, self.defaults.get(name))
 
     def run(self) -> Any:
-        planned = self._plan_restore()
-        self.planned_step = planned.manifest.step if planned else None
-        epoch, batch = (
-            (planned.manifest.position["epoch"], planned.manifest.position["batch"])
-            if planned
-            else (self.arg("initial_epoch"), 0)
-        )
-        self.first_batch = batch
-        # An infinite dataset is iterated once across epochs (steps_per_epoch is required), so
-        # each call skips every batch consumed so far; finite data restarts every epoch.
-        infinite = _is_infinite(self.arg("x"))
-        consumed = self.planned_step or 0
-        if batch == 0:
-            return self._fit(
-                epoch, self.arg("epochs"), self._data_after(consumed if infinite else 0)
-            )
-        per_epoch = self.arg("steps_per_epoch")
-        first = self._data_after(consumed if infinite else batch)
-        if per_epoch:
-            first["steps_per_epoch"] = per_epoch - batch
-        history = self._fit(epoch, epoch + 1, first)
-        if epoch + 1 >= self.arg("epochs"):
-            return history
-        rest = self._fit(
-            epoch + 1,
-            self.arg("epochs"),
-            self._data_after(consumed + per_epoch - batch) if infinite else {},
-        )
-        for key, values in history.history.items():
-            rest.history[key] = values + rest.history.get(key, [])
-        return rest
-
-    def _fit(self, initial_epoch: int, epochs: int, overrides: dict[str, Any]) -> Any:
-        callbacks = [*(self.arg("callbacks") or []), self.callback]
-        arguments = {**self.arguments, **overrides}
-        arguments.update(initial_epoch=initial_epoch, epochs=epochs, callbacks=callbacks)
-        return self.original(self.model, **arguments)
-
-    def _plan_restore(self) -> Checkpoint | None:
-        """Restore now when the model is built; else read the position and restore at the
-        start of training (``on_train_begin``), checking we got that same checkpoint."""
-        if self.model.built and getattr(self.model, "optimizer", None) is not None:
-            self._restore()
-            return self.restored
-        complete = self.rt.store.complete()
-        return complete[0] if complete else None
-
-    def _restore(self) -> None:
-        from tiresias_launch.tensorflow import Checkpointer, join_gang, tensor_facts
-
-        if self.checkpointer is not None:
-            return
-        self.checkpointer = Checkpointer({"model": self.model, "optimizer": self.model.optimizer})
-        join_gang(self.rt, getattr(self.model, "distribute_strategy", None))
-        self.restored = self.checkpointer.restore(self.rt)
-        self.step = self.restored.manifest.step if self.restored else 0
-        self.rt.reporter.note(**tensor_facts(self.checkpointer.trainable, self.rt.env.num_ps))
-
-    def _data_after(self, batches: int) -> dict[str, Any]:
-        """``x``/``y``/``sample_weight`` without their first ``batches`` batches; ``{}`` (run
-        them again, at-least-once) when the input type cannot be skipped."""
-        if batches == 0:
-            return {}
-        batch_size = self.arg("batch_size") or 32
-        given = {k: self.arg(k) for k in ("x", "y", "sample_weight")}
-        skipped = {k: _skip(v, batches, batch_size) for k, v in given.items()}
-        if any(given[k] is not None and v is None for k, v in skipped.items()):
+        resume_call = self.job.resume_call
+        if resume_call is not None and self.call < resume_call:
+            return self._replay(self.job.finished[self.call])
+        position = self.job.position if resume_call == self.call else {}
+        epochs, first_epoch = self.arg("epochs"), self.arg("initial_epoch") or 0
+        self.source = keras_data.source_for(self.arguments, self.defaults, self.flavour, position)
+        epoch, batch = position.get("epoch", first_epoch), position.get("batch", 0)
+        self.fit_step = position.get("fit_step", 0)
+        if batch and not self.source.resumes_mid_epoch:
             log.warning(
-                "tiresias: cannot skip %d batches of %s; repeating them (at-least-once)",
-                batches,
-                type(given["x"]).__name__,
+                "tiresias: %s; epoch %d restarts from its first batch (%d batches run twice)",
+                self.source.why_inexact,
+                epoch + 1,
+                batch,
             )
-            return {}
-        return {k: v for k, v in skipped.items() if given[k] is not None}
+            self.fit_step -= batch
+            batch = 0
+        self.source.replay_epochs(epoch - first_epoch)  # before the RNG states are restored
+        self._prepare(resumed=bool(position))
+        self.callbacks = _make_callback_list(self.flavour)(self, epochs, position)
+        phases = [(epoch, epochs, batch)]
+        if batch and epoch + 1 < epochs:
+            phases = [(epoch, epoch + 1, batch), (epoch + 1, epochs, 0)]
+        consumed = self.fit_step
+        for i, (start, end, skip) in enumerate(phases):
+            if i and self.model.stop_training:  # a callback stopped training in phase 1
+                break
+            self.callbacks.offset = skip
+            self.callbacks.last_phase = i == len(phases) - 1
+            overrides = self.source.phase(start, skip, consumed)
+            consumed += (self.source.steps or 0) - skip
+            arguments = {**self.arguments, **overrides}
+            arguments.update(initial_epoch=start, epochs=end, callbacks=self.callbacks)
+            self.original(self.model, **arguments)
+        history = self.callbacks.history
+        self.job.finished.append(
+            {"model": self.model.name, "params": history.params, **_history_record(history)}
+        )
+        return history
+
+    def _replay(self, record: dict[str, Any]) -> Any:
+        """A call finished before the preemption: its recorded History, without training."""
+        if record["model"] != self.model.name:
+            raise CheckpointError(
+                f"fit call {self.call + 1} trained model {record['model']!r} before the "
+                f"preemption but trains {self.model.name!r} now: the script does not repeat "
+                "its fit calls in the same order, so it cannot be resumed"
+            )
+        history = importlib.import_module(self.flavour.callbacks).History()
+        history.set_model(self.model)
+        history.set_params(record["params"])
+        history.epoch, history.history = list(record["epoch"]), dict(record["history"])
+        self.model.history = history
+        log.info("tiresias: fit call %d finished before the preemption; not rerun", self.call + 1)
+        return history
+
+    def _prepare(self, resumed: bool) -> None:
+        """Join the gang, build the model if Keras would only build it in the first step,
+        and restore (first call of the process) or adopt (later calls) the checkpointer."""
+        from tiresias_launch.tensorflow import join_gang
+
+        join_gang(self.rt, getattr(self.model, "distribute_strategy", None))
+        keras_data.build(self.model, self.source)
+        if not _is_built(self.model):
+            if resumed:
+                raise CheckpointError(
+                    "tiresias cannot restore this fit: the model is not built and its input "
+                    "gives no sample batch to build it; build the model before fit"
+                )
+            return  # created at the first batch, once Keras has built the model
+        self._make_checkpointer(resumed)
+
+    def _make_checkpointer(self, resumed: bool) -> None:
+        from tiresias_launch.tensorflow import Checkpointer, tensor_facts
+
+        self.checkpointer = Checkpointer(
+            {"model": self.model, "optimizer": self.model.optimizer},
+            extra=(self._extra_state, self._restore_extra),
+        )
+        self.rt.reporter.note(**tensor_facts(self.checkpointer.trainable, self.rt.env.num_ps))
+        if self.job.restored:
+            return
+        self.job.restored = True
+        restored = self.checkpointer.restore(self.rt)
+        got = restored.manifest.step if restored else None
+        wanted = self.job.plan.manifest.step if (self.job.plan and resumed) else None
+        if got != wanted:
+            raise CheckpointError(
+                f"the checkpoint of step {wanted} could not be restored (got {got}), so "
+                "this fit cannot continue at its position"
+            )
+        if restored:
+            self.job.step = restored.manifest.step
+
+    def _extra_state(self) -> dict[str, Any]:
+        return {
+            "callbacks": self.callbacks.state() if self.callbacks else {},
+            "metrics": [v.numpy() for v in keras_data.metric_variables(self.model)],
+        }
+
+    def _restore_extra(self, state: dict[str, Any]) -> None:
+        self.restored_callbacks = state.get("callbacks", {})
+        self.restored_metrics = state.get("metrics", [])
 
     def save(self) -> Checkpoint | None:
+        if self.checkpointer is None:
+            return None  # preempted before the first batch of an unbuilt model: nothing new
         strategy = getattr(self.model, "distribute_strategy", None)
-        position = {"epoch": self.epoch, "batch": self.batch, "step": self.step}
-        return self.checkpointer.save(self.rt, self.step, position, strategy)
+        position = {
+            "epoch": self.epoch,
+            "batch": self.batch,
+            "step": self.job.step,
+            "fit_call": self.call,
+            "fit_step": self.fit_step,
+            "finished_fits": self.job.finished,
+            **(self.source.position() if self.source else {}),
+        }
+        return self.checkpointer.save(self.rt, self.job.step, position, strategy)
+
+    # -- the preemption callback's hooks -----------------------------------------------
+    def epoch_begins(self, epoch: int, batch: int) -> None:
+        """After Keras reset the metrics: a partly done epoch gets its totals back, so its
+        logs and History average over all of its batches."""
+        self.epoch, self.batch = epoch, batch
+        if batch and self.restored_metrics:
+            variables = keras_data.metric_variables(self.model)
+            if len(variables) != len(self.restored_metrics):
+                log.warning("tiresias: metrics changed since the checkpoint; not restored")
+            else:
+                for v, value in zip(variables, self.restored_metrics, strict=True):
+                    v.assign(value)
+            self.restored_metrics = []
+
+    def batch_begins(self) -> None:
+        if self.rt.should_stop(self.job.step):
+            self.rt.stop(self.save)
+
+    def batch_ends(self, batch: int, seconds: float) -> None:
+        if self.checkpointer is None:
+            self._make_checkpointer(resumed=False)
+        self.job.step += 1
+        self.fit_step += 1
+        self.batch = batch + 1
+        self.rt.step_done(self.job.step, seconds)
 
 
-def _is_infinite(x: Any) -> bool:
-    import tensorflow as tf
-
-    return isinstance(x, tf.data.Dataset) and int(x.cardinality()) == tf.data.INFINITE_CARDINALITY
+def _is_built(model: Any) -> bool:
+    return bool(getattr(model, "built", False)) and bool(model.variables)
 
 
-def _make_callback(base: type) -> Callable[[_PreemptibleFit], Any]:
-    """The preemption callback as a subclass of this Keras flavour's ``Callback``."""
+def _history_record(history: Any) -> dict[str, Any]:
+    """History as JSON (it rides in the checkpoint manifest)."""
+    return {
+        "epoch": [int(e) for e in history.epoch],
+        "history": {k: [float(v) for v in vs] for k, vs in history.history.items()},
+    }
 
-    class PreemptionCallback(base):  # type: ignore[misc, valid-type]
-        def __init__(self, fit: _PreemptibleFit) -> None:
+
+def _callback_state(callback: Any) -> dict[str, Any] | None:
+    classes = [c.__name__ for c in type(callback).__mro__]
+    names = next((CALLBACK_STATE[c] for c in classes if c in CALLBACK_STATE), None)
+    if names is None:
+        return None
+    return {n: getattr(callback, n) for n in names if hasattr(callback, n)}
+
+
+@functools.cache
+def _make_callback_list(flavour: Flavour) -> Callable[..., Any]:
+    """One ``CallbackList`` for every ``fit`` of a call, as a subclass of this flavour's."""
+    module = importlib.import_module(flavour.callbacks)
+
+    class PreemptionCallback(module.Callback):  # type: ignore[misc, name-defined]
+        """First in the list, so no other callback sees a batch that is not run: stop
+        checks, position and step accounting."""
+
+        def __init__(self, fit: _PreemptibleFit, batches: ResumableCallbackList) -> None:
             super().__init__()
             self.fit = fit
+            self.batches = batches
             self._t0 = 0.0
 
-        def on_train_begin(self, logs: Any = None) -> None:
-            fit = self.fit
-            fit._restore()  # no-op when the model was built before fit
-            got = fit.restored.manifest.step if fit.restored else None
-            if got != fit.planned_step:
-                raise CheckpointError(
-                    f"the checkpoint of step {fit.planned_step} could not be restored (got "
-                    f"{got}); build the model before fit so the data position can follow"
-                )
-
         def on_epoch_begin(self, epoch: int, logs: Any = None) -> None:
-            self.fit.epoch = epoch
-            self.fit.batch, self.fit.first_batch = self.fit.first_batch, 0
+            self.fit.epoch_begins(epoch, self.batches.offset)
 
         def on_train_batch_begin(self, batch: int, logs: Any = None) -> None:
-            fit = self.fit
-            if fit.rt.should_stop(fit.step):
-                fit.rt.stop(fit.save)
+            self.fit.batch_begins()
             self._t0 = time.perf_counter()
 
         def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
-            fit = self.fit
-            fit.step += 1
-            fit.batch += 1
-            fit.rt.step_done(fit.step, time.perf_counter() - self._t0)
+            self.fit.batch_ends(batch, time.perf_counter() - self._t0)
 
-    return PreemptionCallback
+    class ResumableCallbackList(module.CallbackList):  # type: ignore[misc, name-defined]
+        """The user's callbacks, History, progress bar and ours, across the phases of one
+        resumed ``fit``: training begins and ends once, batches of a partly done epoch keep
+        their numbers (``offset``), and stock callbacks get their saved state back."""
+
+        def __init__(self, fit: _PreemptibleFit, epochs: int, position: dict[str, Any]) -> None:
+            user = fit.arg("callbacks") or []
+            if isinstance(user, module.CallbackList):
+                user = user.callbacks
+            self.offset = 0
+            self.last_phase = True
+            self.began = self.ended = False
+            self.resumed = bool(position)
+            self.fit = fit
+            verbose = flavour.verbosity(fit.arg("verbose"), fit.model)
+            super().__init__(
+                [PreemptionCallback(fit, self), *user],
+                add_history=True,
+                add_progbar=verbose != 0,
+                model=fit.model,
+                verbose=verbose,
+                epochs=epochs,
+                steps=fit.source.steps if fit.source else None,
+            )
+
+        @property
+        def history(self) -> Any:
+            return next(c for c in self.callbacks if isinstance(c, module.History))
+
+        def state(self) -> dict[str, Any]:
+            states = {}
+            for i, callback in enumerate(self.callbacks):
+                s = _callback_state(callback)
+                if s is not None:
+                    states[f"{i}:{type(callback).__name__}"] = s
+            return states
+
+        def on_train_begin(self, logs: Any = None) -> None:
+            if self.began:
+                return
+            self.began = True
+            if self.resumed:
+                for callback in self.callbacks:  # continue the file, do not truncate it
+                    if any(c.__name__ == "CSVLogger" for c in type(callback).__mro__):
+                        callback.append = True
+            super().on_train_begin(logs)
+            saved = self.fit.restored_callbacks if self.resumed else {}
+            for i, callback in enumerate(self.callbacks):
+                for name, value in saved.get(f"{i}:{type(callback).__name__}", {}).items():
+                    setattr(callback, name, value)
+
+        def on_train_end(self, logs: Any = None) -> None:
+            if self.ended or not (self.last_phase or self.fit.model.stop_training):
+                return
+            self.ended = True
+            super().on_train_end(logs)
+
+        def on_train_batch_begin(self, batch: int, logs: Any = None) -> None:
+            super().on_train_batch_begin(batch + self.offset, logs)
+
+        def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
+            super().on_train_batch_end(batch + self.offset, logs)
+
+    return ResumableCallbackList

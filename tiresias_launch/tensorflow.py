@@ -142,11 +142,16 @@ def _owner(optimizer: Any) -> tf.distribute.Strategy | None:
     return getattr(optimizer, "_distribution_strategy", None)
 
 
+#: Python state saved beside the tensors: (get it for a save, give it back on restore).
+ExtraState = tuple[Callable[[], Any], Callable[[Any], None]]
+
+
 class Checkpointer:
     """A ``tf.train.Checkpoint`` of some trackables plus the global RNG states, saved the way
-    the gang shape needs (shared by ``State`` and the Keras ``fit`` hook)."""
+    the gang shape needs (shared by ``State`` and the Keras ``fit`` hook); ``extra`` adds
+    picklable Python state (the Keras hook's callback state)."""
 
-    def __init__(self, trackables: dict[str, Any]) -> None:
+    def __init__(self, trackables: dict[str, Any], extra: ExtraState | None = None) -> None:
         variables = _model_variables(trackables)
         if not variables:
             raise ValueError(
@@ -161,6 +166,7 @@ class Checkpointer:
         self.described = describe_variables(variables)
         self.trainable = [v for v in variables if v.trainable]
         self._checkpoint = tf.train.Checkpoint(**trackables)
+        self._extra = extra
 
     def restore(self, rt: Runtime) -> Checkpoint | None:
         return rt.restore(self.described, self._read)
@@ -199,6 +205,9 @@ class Checkpointer:
         self._checkpoint.write(str(directory / "state"))
         with open(directory / "rng.pkl", "wb") as fh:
             pickle.dump({"python": random.getstate(), "numpy": np.random.get_state()}, fh)
+        if self._extra is not None:
+            with open(directory / "extra.pkl", "wb") as fh:
+                pickle.dump(self._extra[0](), fh)
 
     def _read(self, ckpt: Checkpoint) -> None:
         self._checkpoint.read(str(ckpt.path / "state")).assert_existing_objects_matched()
@@ -206,3 +215,6 @@ class Checkpointer:
             rng = pickle.load(fh)
         random.setstate(rng["python"])
         np.random.set_state(rng["numpy"])
+        if self._extra is not None and (ckpt.path / "extra.pkl").exists():
+            with open(ckpt.path / "extra.pkl", "rb") as fh:
+                self._extra[1](pickle.load(fh))

@@ -1,0 +1,316 @@
+"""The input of a preemptible Keras ``fit``, positioned at (epoch, batch) on resume.
+
+Each kind of input gets a :class:`Source` that rewrites ``fit``'s data arguments for one
+phase of a resumed call (the rest of a partly done epoch, then whole epochs):
+
+- arrays: the validation split is taken first, the way ``fit`` takes it; the batches are then
+  fed by a ``tf.data`` pipeline that owns the per-epoch permutation (stateless, from a seed
+  kept in the checkpoint), so a resumed epoch sees the same samples in the same order;
+- ``tf.data``: an infinite dataset is skipped by the batches consumed; a finite one is
+  skipped within the epoch, after its shuffle seeds were advanced by the epochs already run;
+- Python generators: the batches consumed are drawn and dropped;
+- ``PyDataset`` / ``Sequence``: batch order owned like arrays, ``on_epoch_end`` replayed;
+- anything else cannot be positioned: the interrupted epoch restarts (logged).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import math
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import tensorflow as tf
+
+if TYPE_CHECKING:
+    from tiresias_launch.keras import Flavour
+
+
+class Source:
+    """How one ``fit`` call's input is positioned; the base class cannot position it."""
+
+    #: Batches per epoch, when known (for the progress bar and stream positions).
+    steps: int | None = None
+    resumes_mid_epoch = True
+    why_inexact = ""
+
+    def phase(self, epoch: int, skip: int, consumed: int) -> dict[str, Any]:
+        """``fit`` arguments for a phase starting at batch ``skip`` of ``epoch``, after
+        ``consumed`` batches of this call (a stream's position)."""
+        return {}
+
+    def replay_epochs(self, epochs: int) -> None:
+        """Bring per-epoch state to where ``epochs`` whole epochs of this call left it."""
+
+    def position(self) -> dict[str, Any]:
+        """Entries the checkpoint must keep to position this input again."""
+        return {}
+
+    def sample(self) -> Any | None:
+        """One batch (or its specs) to build an unbuilt model from, without consuming it."""
+        return None
+
+
+class Opaque(Source):
+    resumes_mid_epoch = False
+
+    def __init__(self, why: str, steps: int | None) -> None:
+        self.why_inexact = why
+        self.steps = steps
+
+
+def source_for(
+    arguments: dict[str, Any], defaults: dict[str, Any], flavour: Flavour, position: dict
+) -> Source:
+    def arg(name: str) -> Any:
+        return arguments.get(name, defaults.get(name))
+
+    x, per_epoch, shuffle = arg("x"), arg("steps_per_epoch"), arg("shuffle")
+    if isinstance(x, tf.data.Dataset):
+        return DatasetSource(x, per_epoch)
+    if isinstance(x, flavour.load(flavour.dataset_base)):
+        return SequenceSource(x, flavour, bool(shuffle), position)
+    if _is_arrays(x):
+        if per_epoch is not None or shuffle not in (True, False):
+            why = "arrays with steps_per_epoch" if per_epoch else f"shuffle={shuffle!r}"
+            return Opaque(f"{why} cannot be positioned mid-epoch", per_epoch)
+        return ArraySource(arg, flavour, position)
+    if inspect.isgenerator(x):
+        return GeneratorSource(x, per_epoch)
+    return Opaque(f"{type(x).__name__} input cannot be positioned mid-epoch", per_epoch)
+
+
+def _is_arrays(x: Any) -> bool:
+    leaves = tf.nest.flatten(x)
+    return bool(leaves) and all(isinstance(v, (np.ndarray, tf.Tensor)) for v in leaves)
+
+
+def fresh_seed(call: int) -> int:
+    """A shuffle seed that follows the script's NumPy seeding (read, not drawn, so the
+    script's own random numbers are unchanged); random when the script seeds nothing."""
+    state = np.random.get_state()[1].tobytes() + call.to_bytes(4, "little")
+    return int.from_bytes(hashlib.sha256(state).digest()[:4], "little")
+
+
+def _permutation(seed: int, epoch: int, n: int) -> np.ndarray:
+    return np.random.default_rng([seed, epoch]).permutation(n)
+
+
+class ArraySource(Source):
+    """NumPy arrays / tensors (nested in tuples, lists or dicts) with ``batch_size``."""
+
+    def __init__(self, arg: Any, flavour: Flavour, position: dict[str, Any]) -> None:
+        data = (arg("x"), arg("y"), arg("sample_weight"))
+        self.fixed: dict[str, Any] = {}
+        if arg("validation_split") and arg("validation_data") is None:
+            data, validation = flavour.load(flavour.split)(
+                data, validation_split=arg("validation_split")
+            )
+            self.fixed = {"validation_data": validation, "validation_split": 0.0}
+        floatx = flavour.load(flavour.floatx)()
+        self.tensors = tuple(_to_tensors(d, floatx) for d in data if d is not None)
+        self.n = int(tf.nest.flatten(self.tensors)[0].shape[0])
+        self.batch_size = arg("batch_size") or 32
+        self.steps = math.ceil(self.n / self.batch_size)
+        self.shuffle = bool(arg("shuffle"))
+        self.seed = position.get("shuffle_seed", fresh_seed(position.get("fit_call", 0)))
+
+    def position(self) -> dict[str, Any]:
+        return {"shuffle_seed": self.seed}
+
+    def order(self, epoch: tf.Tensor) -> tf.Tensor:
+        def permutation(e: np.int64) -> np.ndarray:
+            return _permutation(self.seed, int(e), self.n)
+
+        if not self.shuffle:
+            return tf.range(self.n, dtype=tf.int64)
+        order = tf.numpy_function(permutation, [epoch], tf.int64, stateful=False)
+        return tf.ensure_shape(order, [self.n])
+
+    def phase(self, epoch: int, skip: int, consumed: int) -> dict[str, Any]:
+        def gather(indices: tf.Tensor) -> Any:
+            batch = tf.nest.map_structure(lambda t: tf.gather(t, indices), self.tensors)
+            return batch[0] if len(batch) == 1 else batch
+
+        # epochs back to back, each batched on its own (its last batch may be short)
+        batches = tf.data.Dataset.counter(epoch).flat_map(
+            lambda e: tf.data.Dataset.from_tensor_slices(self.order(e)).batch(self.batch_size)
+        )
+        data = batches.skip(skip).map(gather).prefetch(2)
+        return {
+            **self.fixed,
+            "x": data,
+            "y": None,
+            "sample_weight": None,
+            "batch_size": None,
+            "shuffle": False,
+            "steps_per_epoch": self.steps - skip,
+        }
+
+    def sample(self) -> Any:
+        specs = tf.nest.map_structure(
+            lambda t: tf.TensorSpec([None, *t.shape[1:]], t.dtype), self.tensors
+        )
+        return specs[0] if len(specs) == 1 else specs
+
+
+def _to_tensors(data: Any, floatx: str) -> Any:
+    """Tensors of ``data``, floats in Keras's float type (as ``fit`` converts arrays)."""
+
+    def convert(v: Any) -> tf.Tensor:
+        t = tf.convert_to_tensor(v)
+        return tf.cast(t, floatx) if t.dtype.is_floating and t.dtype != floatx else t
+
+    return tf.nest.map_structure(convert, data)
+
+
+class DatasetSource(Source):
+    def __init__(self, dataset: tf.data.Dataset, per_epoch: int | None) -> None:
+        self.dataset = dataset
+        self.per_epoch = per_epoch
+        cardinality = int(dataset.cardinality())
+        self.infinite = cardinality == tf.data.INFINITE_CARDINALITY
+        self.steps = per_epoch or (cardinality if cardinality >= 0 else None)
+
+    def phase(self, epoch: int, skip: int, consumed: int) -> dict[str, Any]:
+        # Keras iterates an infinite dataset once across epochs, a finite one every epoch
+        drop = consumed if self.infinite else skip
+        overrides: dict[str, Any] = {"x": self.dataset.skip(drop) if drop else self.dataset}
+        if self.per_epoch:
+            overrides["steps_per_epoch"] = self.per_epoch - skip
+        return overrides
+
+    def replay_epochs(self, epochs: int) -> None:
+        # each new iterator of a finite dataset draws the next shuffle seeds
+        if not self.infinite:
+            for _ in range(epochs):
+                iter(self.dataset)
+
+    def sample(self) -> Any:
+        return self.dataset.element_spec
+
+
+class GeneratorSource(Source):
+    """A Python generator: one stream across epochs (Keras needs ``steps_per_epoch``)."""
+
+    def __init__(self, generator: Iterator[Any], per_epoch: int | None) -> None:
+        self.generator = generator
+        self.steps = per_epoch
+        self.drained = False
+
+    def phase(self, epoch: int, skip: int, consumed: int) -> dict[str, Any]:
+        if not self.drained:
+            self.drained = True
+            for _ in range(consumed):
+                next(self.generator)
+        if not skip or not self.steps:
+            return {"x": self.generator}
+        # exactly the epoch's rest, so Keras's prefetching cannot take the next epoch's
+        return {"x": _take(self.generator, self.steps - skip), "steps_per_epoch": self.steps - skip}
+
+    def sample(self) -> Any:
+        first = next(self.generator)
+        self.generator = _chain(first, self.generator)
+        return first
+
+
+def _take(generator: Iterator[Any], n: int) -> Iterator[Any]:
+    for _ in range(n):
+        yield next(generator)
+
+
+def _chain(first: Any, rest: Iterator[Any]) -> Iterator[Any]:
+    yield first
+    yield from rest
+
+
+class SequenceSource(Source):
+    """``keras.utils.PyDataset`` (tf_keras: ``Sequence``): indexed batches."""
+
+    def __init__(self, inner: Any, flavour: Flavour, shuffle: bool, position: dict) -> None:
+        self.inner = inner
+        self.view = _view_class(flavour.load(flavour.dataset_base))
+        self.steps = len(inner)
+        self.shuffle = shuffle
+        self.seed = position.get("shuffle_seed", fresh_seed(position.get("fit_call", 0)))
+
+    def position(self) -> dict[str, Any]:
+        return {"shuffle_seed": self.seed}
+
+    def order(self, epoch: int) -> np.ndarray:
+        if not self.shuffle:
+            return np.arange(self.steps)
+        return _permutation(self.seed, epoch, self.steps)
+
+    def phase(self, epoch: int, skip: int, consumed: int) -> dict[str, Any]:
+        return {"x": self.view(self.inner, self, epoch, skip), "shuffle": False}
+
+    def replay_epochs(self, epochs: int) -> None:
+        for _ in range(epochs):
+            self.inner.on_epoch_end()
+
+    def sample(self) -> Any:
+        return self.inner[0]
+
+
+def _view_class(base: type) -> type:
+    class View(base):  # type: ignore[misc, valid-type]
+        """The user's dataset in this epoch's order, from batch ``skip`` of the first."""
+
+        def __init__(self, inner: Any, source: SequenceSource, epoch: int, skip: int) -> None:
+            options = ("workers", "use_multiprocessing", "max_queue_size")
+            super().__init__(**{k: getattr(inner, k) for k in options if hasattr(inner, k)})
+            self.inner, self.source = inner, source
+            self.epoch, self.skip = epoch, skip
+            self.order = source.order(epoch)
+
+        def __len__(self) -> int:
+            return len(self.inner) - self.skip
+
+        def __getitem__(self, index: int) -> Any:
+            return self.inner[int(self.order[index + self.skip])]
+
+        def on_epoch_begin(self) -> None:
+            getattr(self.inner, "on_epoch_begin", lambda: None)()
+
+        def on_epoch_end(self) -> None:
+            self.inner.on_epoch_end()
+            self.epoch, self.skip = self.epoch + 1, 0
+            self.order = self.source.order(self.epoch)
+
+    return View
+
+
+def build(model: Any, source: Source | None) -> None:
+    """Build the model, its optimizer and its compiled metrics from a sample batch, as
+    ``fit`` would in its first step, so a checkpoint (metric totals of a partly done epoch
+    included) can be restored before training. No-op when they are built or without a
+    sample."""
+    sample = source.sample() if source else None
+    if sample is None:
+        return
+    if hasattr(model, "_symbolic_build"):  # Keras 3: shapes only, no computation
+        model._symbolic_build(data_batch=sample)
+        return
+    x, y = (
+        (sample[0], sample[1]) if isinstance(sample, tuple) and len(sample) > 1 else (sample, None)
+    )
+    with model.distribute_strategy.scope():
+        if not model.built:
+            model.build(tf.nest.map_structure(lambda t: tf.TensorShape(t.shape), x))
+        compiled = getattr(model, "compiled_metrics", None)
+        if y is not None and compiled is not None and not compiled.built:
+            y_pred = model(tf.nest.map_structure(_zeros, x), training=False)
+            model.compiled_loss.build(y_pred)
+            compiled.build(y_pred, tf.nest.map_structure(_zeros, y))
+
+
+def _zeros(t: Any) -> tf.Tensor:
+    """A one-sample batch of zeros shaped like the tensor or spec ``t``."""
+    return tf.zeros([d or 1 for d in t.shape], tf.as_dtype(t.dtype))
+
+
+def metric_variables(model: Any) -> list[Any]:
+    return [v for m in model.metrics for v in m.variables]
