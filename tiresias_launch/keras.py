@@ -314,7 +314,11 @@ class _PreemptibleFit:
         from tiresias_launch.tensorflow import Checkpointer, tensor_facts
 
         self.checkpointer = Checkpointer(
-            {"model": self.model, "optimizer": self.model.optimizer},
+            {
+                "model": self.model,
+                "optimizer": self.model.optimizer,
+                "seeds": _seed_states(self.model),
+            },
             extra=(self._extra_state, self._restore_extra),
         )
         self.rt.reporter.note(**tensor_facts(self.checkpointer.trainable, self.rt.env.num_ps))
@@ -386,6 +390,12 @@ class _PreemptibleFit:
 
 def _is_built(model: Any) -> bool:
     return bool(getattr(model, "built", False)) and bool(model.variables)
+
+
+def _seed_states(model: Any) -> list[Any]:
+    """Keras 3 ``SeedGenerator`` states (Dropout and other random layers): model variables
+    that ``tf.train.Checkpoint`` of the model does not reach."""
+    return [v.value for v in model.variables if v.name == "seed_generator_state"]
 
 
 def _history_record(history: Any) -> dict[str, Any]:
