@@ -243,7 +243,14 @@ class _PreemptibleFit:
             return self._replay(self.job.finished[self.call])
         position = self.job.position if resume_call == self.call else {}
         epochs, first_epoch = self.arg("epochs"), self.arg("initial_epoch") or 0
-        self.source = keras_data.source_for(self.arguments, self.defaults, self.flavour, position)
+        strategy = getattr(self.model, "distribute_strategy", None)
+        self.source = keras_data.source_for(
+            self.arguments,
+            self.defaults,
+            self.flavour,
+            position,
+            getattr(strategy, "num_replicas_in_sync", 1),
+        )
         epoch, batch = position.get("epoch", first_epoch), position.get("batch", 0)
         self.fit_step = position.get("fit_step", 0)
         if batch and not self.source.resumes_mid_epoch:
@@ -366,6 +373,8 @@ class _PreemptibleFit:
         """After Keras reset the metrics: a partly done epoch gets its totals back, so its
         logs and History average over all of its batches."""
         self.epoch, self.batch = epoch, batch
+        if self.source is not None:
+            self.source.epoch_begins(epoch)
         if batch and self.restored_metrics:
             variables = keras_data.metric_variables(self.model)
             if len(variables) != len(self.restored_metrics):

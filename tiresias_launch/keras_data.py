@@ -44,6 +44,9 @@ class Source:
     def replay_epochs(self, epochs: int) -> None:
         """Bring per-epoch state to where ``epochs`` whole epochs of this call left it."""
 
+    def epoch_begins(self, epoch: int) -> None:
+        """``fit`` starts ``epoch`` (called from ``on_epoch_begin``)."""
+
     def position(self) -> dict[str, Any]:
         """Entries the checkpoint must keep to position this input again."""
         return {}
@@ -62,14 +65,18 @@ class Opaque(Source):
 
 
 def source_for(
-    arguments: dict[str, Any], defaults: dict[str, Any], flavour: Flavour, position: dict
+    arguments: dict[str, Any],
+    defaults: dict[str, Any],
+    flavour: Flavour,
+    position: dict,
+    replicas: int,
 ) -> Source:
     def arg(name: str) -> Any:
         return arguments.get(name, defaults.get(name))
 
     x, per_epoch, shuffle = arg("x"), arg("steps_per_epoch"), arg("shuffle")
     if isinstance(x, tf.data.Dataset):
-        return DatasetSource(x, per_epoch)
+        return DatasetSource(x, per_epoch, bridge=replicas == 1)
     if isinstance(x, flavour.load(flavour.dataset_base)):
         return SequenceSource(x, flavour, bool(shuffle), position)
     if _is_arrays(x):
@@ -167,20 +174,33 @@ def _to_tensors(data: Any, floatx: str) -> Any:
 
 
 class DatasetSource(Source):
-    def __init__(self, dataset: tf.data.Dataset, per_epoch: int | None) -> None:
+    """``tf.data``. Keras iterates an infinite dataset once across epochs: a resumed epoch's
+    rest and the epochs after it must continue one iterator (a second one would draw new
+    shuffle seeds), so they are fed through a generator over it (``bridge``; not under a
+    multi-replica strategy, whose dataset rebatching needs a real pipeline: there the
+    dataset is skipped and reshuffles from new seeds). A finite dataset is iterated every
+    epoch: the epoch is skipped into after advancing its shuffle seeds by the epochs run."""
+
+    def __init__(self, dataset: tf.data.Dataset, per_epoch: int | None, bridge: bool) -> None:
         self.dataset = dataset
         self.per_epoch = per_epoch
         cardinality = int(dataset.cardinality())
         self.infinite = cardinality == tf.data.INFINITE_CARDINALITY
         self.steps = per_epoch or (cardinality if cardinality >= 0 else None)
+        self.bridge = bridge
+        self.stream: Iterator[Any] | None = None
 
     def phase(self, epoch: int, skip: int, consumed: int) -> dict[str, Any]:
-        # Keras iterates an infinite dataset once across epochs, a finite one every epoch
-        drop = consumed if self.infinite else skip
-        overrides: dict[str, Any] = {"x": self.dataset.skip(drop) if drop else self.dataset}
+        overrides: dict[str, Any] = {}
         if self.per_epoch:
             overrides["steps_per_epoch"] = self.per_epoch - skip
-        return overrides
+        if self.infinite and self.bridge and (skip or self.stream is not None):
+            if self.stream is None:
+                self.stream = iter(self.dataset.skip(consumed))
+            rest = _take(self.stream, self.per_epoch - skip) if skip else _iterate(self.stream)
+            return {**overrides, "x": rest}
+        drop = consumed if self.infinite else skip
+        return {**overrides, "x": self.dataset.skip(drop) if drop else self.dataset}
 
     def replay_epochs(self, epochs: int) -> None:
         # each new iterator of a finite dataset draws the next shuffle seeds
@@ -190,6 +210,10 @@ class DatasetSource(Source):
 
     def sample(self) -> Any:
         return self.dataset.element_spec
+
+
+def _iterate(stream: Iterator[Any]) -> Iterator[Any]:
+    yield from stream
 
 
 class GeneratorSource(Source):
@@ -245,7 +269,11 @@ class SequenceSource(Source):
         return _permutation(self.seed, epoch, self.steps)
 
     def phase(self, epoch: int, skip: int, consumed: int) -> dict[str, Any]:
-        return {"x": self.view(self.inner, self, epoch, skip), "shuffle": False}
+        self.current = self.view(self.inner, self, epoch, skip)
+        return {"x": self.current, "shuffle": False}
+
+    def epoch_begins(self, epoch: int) -> None:
+        self.current.set_epoch(epoch)
 
     def replay_epochs(self, epochs: int) -> None:
         for _ in range(epochs):
@@ -263,11 +291,16 @@ def _view_class(base: type) -> type:
             options = ("workers", "use_multiprocessing", "max_queue_size")
             super().__init__(**{k: getattr(inner, k) for k in options if hasattr(inner, k)})
             self.inner, self.source = inner, source
-            self.epoch, self.skip = epoch, skip
-            self.order = source.order(epoch)
+            self.first_epoch, self.first_skip = epoch, skip
+            self.set_epoch(epoch)
+
+        def set_epoch(self, epoch: int) -> None:
+            """Told by the epoch callback: Keras also calls ``on_epoch_end`` when it peeks."""
+            self.skip = self.first_skip if epoch == self.first_epoch else 0
+            self.order = self.source.order(epoch)
 
         def __len__(self) -> int:
-            return len(self.inner) - self.skip
+            return len(self.inner) - self.first_skip
 
         def __getitem__(self, index: int) -> Any:
             return self.inner[int(self.order[index + self.skip])]
@@ -277,8 +310,6 @@ def _view_class(base: type) -> type:
 
         def on_epoch_end(self) -> None:
             self.inner.on_epoch_end()
-            self.epoch, self.skip = self.epoch + 1, 0
-            self.order = self.source.order(self.epoch)
 
     return View
 
