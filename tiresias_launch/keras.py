@@ -46,6 +46,9 @@ class Flavour:
     split: str  # "module:function" taking the validation split the way fit does
     floatx: str  # "module:function" giving the float type fit converts arrays to
     verbosity: Callable[[Any, Any], Any]  # (verbose, model) → what fit passes on
+    #: Iterators fit creates of a finite tf.data dataset: (once per fit call, per epoch);
+    #: each draws new shuffle seeds, so a resume must create as many first.
+    dataset_iterators: tuple[int, int]
 
     def load(self, spec: str) -> Any:
         module, name = spec.split(":")
@@ -66,6 +69,7 @@ TARGETS = {
         "keras.src.trainers.data_adapters.array_slicing:train_validation_split",
         "keras.src.backend:floatx",
         lambda verbose, model: verbose,  # Keras 3's ProgbarLogger resolves "auto" itself
+        (0, 2),  # the epoch's, and one made for the next epoch and never used
     ),
     "tf_keras.src.engine.training": Flavour(
         "tf_keras.src.callbacks",
@@ -73,6 +77,7 @@ TARGETS = {
         "tf_keras.src.engine.data_adapter:train_validation_split",
         "tf_keras.src.backend:floatx",
         _tf_keras_verbosity,
+        (1, 1),  # one made before the first epoch and never used, then the epoch's
     ),
 }
 _PATCHED = "__tiresias_patched__"
@@ -262,6 +267,14 @@ class _PreemptibleFit:
             )
             self.fit_step -= batch
             batch = 0
+        elif position and self.source.why_inexact:
+            log.warning(
+                "tiresias: resuming at epoch %d, batch %d: %s draws new shuffle seeds, so "
+                "the batches from here are as many as without the preemption but not the same",
+                epoch + 1,
+                batch,
+                self.source.why_inexact,
+            )
         self.source.replay_epochs(epoch - first_epoch)  # before the RNG states are restored
         self._prepare(resumed=bool(position))
         self.callbacks = _make_callback_list(self.flavour)(self, epochs, position)

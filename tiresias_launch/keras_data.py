@@ -34,6 +34,7 @@ class Source:
     #: Batches per epoch, when known (for the progress bar and stream positions).
     steps: int | None = None
     resumes_mid_epoch = True
+    #: Why this input cannot be resumed exactly ('' when it can).
     why_inexact = ""
 
     def phase(self, epoch: int, skip: int, consumed: int) -> dict[str, Any]:
@@ -76,7 +77,7 @@ def source_for(
 
     x, per_epoch, shuffle = arg("x"), arg("steps_per_epoch"), arg("shuffle")
     if isinstance(x, tf.data.Dataset):
-        return DatasetSource(x, per_epoch, bridge=replicas == 1)
+        return DatasetSource(x, per_epoch, flavour.dataset_iterators, bridge=replicas == 1)
     if isinstance(x, flavour.load(flavour.dataset_base)):
         return SequenceSource(x, flavour, bool(shuffle), position)
     if _is_arrays(x):
@@ -181,14 +182,28 @@ class DatasetSource(Source):
     dataset is skipped and reshuffles from new seeds). A finite dataset is iterated every
     epoch: the epoch is skipped into after advancing its shuffle seeds by the epochs run."""
 
-    def __init__(self, dataset: tf.data.Dataset, per_epoch: int | None, bridge: bool) -> None:
+    def __init__(
+        self,
+        dataset: tf.data.Dataset,
+        per_epoch: int | None,
+        iterators: tuple[int, int],
+        bridge: bool,
+    ) -> None:
         self.dataset = dataset
         self.per_epoch = per_epoch
         cardinality = int(dataset.cardinality())
         self.infinite = cardinality == tf.data.INFINITE_CARDINALITY
         self.steps = per_epoch or (cardinality if cardinality >= 0 else None)
+        self.iterators = iterators
         self.bridge = bridge
         self.stream: Iterator[Any] | None = None
+        self.reshuffles = _reshuffles(dataset)
+        if self.reshuffles and not self.infinite and per_epoch:
+            self.why_inexact = "a finite reshuffling dataset with steps_per_epoch"
+        elif self.reshuffles and self.infinite and not bridge:
+            self.why_inexact = "an infinite reshuffling dataset under a multi-replica strategy"
+        elif self.reshuffles and not self.infinite and iterators[0]:
+            self.why_inexact = "a finite reshuffling dataset under tf_keras"
 
     def phase(self, epoch: int, skip: int, consumed: int) -> dict[str, Any]:
         overrides: dict[str, Any] = {}
@@ -204,12 +219,22 @@ class DatasetSource(Source):
 
     def replay_epochs(self, epochs: int) -> None:
         # each new iterator of a finite dataset draws the next shuffle seeds
-        if not self.infinite:
-            for _ in range(epochs):
+        if self.reshuffles and not self.infinite:
+            for _ in range(self.iterators[1] * epochs):
                 iter(self.dataset)
 
     def sample(self) -> Any:
         return self.dataset.element_spec
+
+
+def _reshuffles(dataset: tf.data.Dataset) -> bool:
+    """Whether a new iterator of ``dataset`` shuffles differently (a ``shuffle`` with
+    ``reshuffle_each_iteration``, the default), read from the pipeline's graph."""
+    from tensorflow.core.framework import graph_pb2
+
+    graph = graph_pb2.GraphDef.FromString(dataset._as_serialized_graph().numpy())
+    nodes = [*graph.node, *(n for f in graph.library.function for n in f.node_def)]
+    return any(n.op.startswith("Shuffle") and n.attr["reshuffle_each_iteration"].b for n in nodes)
 
 
 def _iterate(stream: Iterator[Any]) -> Iterator[Any]:
