@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pickle
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 

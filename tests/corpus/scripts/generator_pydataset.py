@@ -37,7 +37,9 @@ def noisy_batches(batch_size):
         yield x[idx] + rng.normal(0, 0.05, size=(batch_size, 5)).astype("float32"), y[idx]
 
 
-model = keras.Sequential([keras.Input((5,)), keras.layers.Dense(16, activation="relu"), keras.layers.Dense(1)])
+model = keras.Sequential(
+    [keras.Input((5,)), keras.layers.Dense(16, activation="relu"), keras.layers.Dense(1)]
+)
 model.compile(optimizer="adam", loss="mse")
 
 
@@ -51,7 +53,9 @@ class BatchLog(keras.callbacks.Callback):
 
 
 first = model.fit(Batches(x, y, 16), epochs=2, callbacks=[BatchLog()], verbose=2)
-second = model.fit(noisy_batches(16), steps_per_epoch=7, epochs=3, callbacks=[BatchLog()], verbose=2)
+second = model.fit(
+    noisy_batches(16), steps_per_epoch=7, epochs=3, callbacks=[BatchLog()], verbose=2
+)
 
 weights = hashlib.sha256(b"".join(w.tobytes() for w in model.get_weights())).hexdigest()
 with open(results, "w") as f:

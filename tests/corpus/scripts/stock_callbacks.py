@@ -16,11 +16,15 @@ results = sys.argv[1]
 keras.utils.set_random_seed(4)
 
 x = tf.random.stateless_normal([192, 4], seed=[3, 4])
-y = tf.reduce_sum(x[:, :2], axis=1, keepdims=True) + 0.3 * tf.random.stateless_normal([192, 1], seed=[5, 6])
+y = tf.reduce_sum(x[:, :2], axis=1, keepdims=True) + 0.3 * tf.random.stateless_normal(
+    [192, 1], seed=[5, 6]
+)
 train = tf.data.Dataset.from_tensor_slices((x[:160], y[:160])).shuffle(160).batch(16)
 val = tf.data.Dataset.from_tensor_slices((x[160:], y[160:])).batch(16)
 
-model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(32, activation="relu"), keras.layers.Dense(1)])
+model = keras.Sequential(
+    [keras.Input((4,)), keras.layers.Dense(32, activation="relu"), keras.layers.Dense(1)]
+)
 model.compile(optimizer=keras.optimizers.Adam(0.05), loss="mse")
 
 
