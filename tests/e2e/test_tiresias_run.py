@@ -81,54 +81,65 @@ class EmbeddedRun:
 StartRun = Callable[..., EmbeddedRun]
 
 
+def launch(
+    workdir: Path, hold_at: int | None, *job: str, env: dict[str, str] | None = None
+) -> EmbeddedRun:
+    """``tiresias-run [scheduler options] *job`` in ``workdir`` (state in ``workdir/state``),
+    holding at step ``hold_at`` (None: never), with its output in files."""
+    state = workdir / "state"
+    address = f"ipc://{state}/coordinator.sock"
+    out, err = workdir / "tiresias-run.out", workdir / "tiresias-run.err"
+    hold = {} if hold_at is None else {"TIRESIAS_HOLD_AT_STEP": str(hold_at)}
+    with out.open("wb") as stdout, err.open("wb") as stderr:
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "tiresias_launch.run",
+                "--bind",
+                address,
+                "--state",
+                str(state),
+                "--policy",
+                "tiresias-l",
+                "--thresholds",
+                str(THRESHOLD),
+                *job,
+            ],
+            stdout=stdout,
+            stderr=stderr,
+            cwd=workdir,
+            env={
+                **os.environ,
+                "TF_CPP_MIN_LOG_LEVEL": "2",
+                "PYTHONUNBUFFERED": "1",
+                **hold,
+                **(env or {}),
+            },
+        )
+    client = Client(address, None, timeout=30)  # four TensorFlow imports may load the box
+    return EmbeddedRun(proc, hold_at or 0, address, state, out, err, client)
+
+
+def stop(run: EmbeddedRun) -> None:
+    run.client.close()
+    if run.proc.poll() is None:
+        run.proc.kill()  # its embedded agent's jobs die with it (PDEATHSIG)
+        run.proc.wait()
+
+
 @pytest.fixture
 def embedded_run(tmp_path: Path) -> Iterator[StartRun]:
     """Starts ``tiresias-run`` with a small Q1 threshold; stops it at the end of the test."""
     runs: list[EmbeddedRun] = []
 
     def start(hold_at: int, *job: str) -> EmbeddedRun:
-        """``tiresias-run [scheduler options] *job`` holding at step ``hold_at``, with its
-        output in files."""
-        state = tmp_path / "state"
-        address = f"ipc://{state}/coordinator.sock"
-        out, err = tmp_path / "tiresias-run.out", tmp_path / "tiresias-run.err"
-        with out.open("wb") as stdout, err.open("wb") as stderr:
-            proc = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "tiresias_launch.run",
-                    "--bind",
-                    address,
-                    "--state",
-                    str(state),
-                    "--policy",
-                    "tiresias-l",
-                    "--thresholds",
-                    str(THRESHOLD),
-                    *job,
-                ],
-                stdout=stdout,
-                stderr=stderr,
-                cwd=tmp_path,
-                env={
-                    **os.environ,
-                    "TF_CPP_MIN_LOG_LEVEL": "2",
-                    "PYTHONUNBUFFERED": "1",
-                    "TIRESIAS_HOLD_AT_STEP": str(hold_at),
-                },
-            )
-        client = Client(address, None, timeout=30)  # four TensorFlow imports may load the box
-        run = EmbeddedRun(proc, hold_at, address, state, out, err, client)
-        runs.append(run)
-        return run
+        runs.append(launch(tmp_path, hold_at, *job))
+        return runs[-1]
 
     yield start
     for run in runs:
-        run.client.close()
-        if run.proc.poll() is None:
-            run.proc.kill()  # its embedded agent's jobs die with it (PDEATHSIG)
-            run.proc.wait()
+        stop(run)
 
 
 def preempt_with_a_short_job(run: EmbeddedRun) -> None:

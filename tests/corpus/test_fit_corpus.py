@@ -1,0 +1,174 @@
+"""A corpus of Keras ``fit`` scripts written the way users write them (``scripts/``, no
+Tiresias import), each preempted under ``tiresias-run`` at a step drawn from a seeded
+generator and compared with an uninterrupted run of the same script under ``tiresias-run``.
+
+``TIRESIAS_HOLD_AT_STEP`` makes the job hold at the drawn step until it is preempted, so
+nothing races: the preemption is either a SIGTERM sent to the job's processes while they
+hold, or the policy's (the job is demoted to Q2 while it holds and a short competitor lands
+in Q1). Each script uses one of the two (they alternate through the corpus; the launcher
+sees the same signal either way), which keeps the corpus to three job starts per script.
+
+Asserted against the reference run, from what the script itself writes: final weights
+(bit-identical: the scripts seed everything and the CPU ops are deterministic), History,
+the optimizer's iteration count, the ``(epoch, batch)`` numbers a callback saw (each once, in
+order), and script-specific files (the CSVLogger file). The one pattern that cannot be
+resumed exactly (a reshuffling infinite dataset under MultiWorkerMirroredStrategy) asserts
+the documented fallback instead: the same numbers of batches and epochs, and the log line.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+import json
+import os
+import signal
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from e2e.test_tiresias_run_tf import (
+    HOLDING,
+    JOB,
+    RUN_TIMEOUT,
+    EmbeddedRun,
+    checkpoint_step,
+    launch,
+    preempt_with_a_short_job,
+    preemption_step,
+    runs_of,
+    stop,
+)
+from helpers import wait_until
+
+pytestmark = pytest.mark.tf
+SCRIPTS = Path(__file__).parent / "scripts"
+LEGACY = {"TF_USE_LEGACY_KERAS": "1"}
+
+
+@dataclass(frozen=True)
+class Case:
+    script: str
+    preempted_by: str  # "sigterm" or "policy"
+    gang: tuple[str, ...] = ()
+    env: tuple[tuple[str, str], ...] = ()
+    files: tuple[str, ...] = ()  # other outputs that must be equal (suffixes of RESULTS)
+    exact: bool = True
+
+
+CASES = [
+    Case("unbuilt_sequential", "sigterm"),
+    Case("functional_class_weight", "policy"),
+    Case("subclassed_sample_weight", "sigterm"),
+    Case("tfdata_repeat", "policy"),
+    Case("generator_pydataset", "sigterm"),
+    Case("fit_loop", "policy"),
+    Case("stock_callbacks", "sigterm", files=(".csv",)),
+    Case("mwms_fit", "policy", ("--workers", "2"), tuple(LEGACY.items()), exact=False),
+    Case("horovod_fit", "sigterm", ("--horovod", "--workers", "2"), tuple(LEGACY.items())),
+]
+
+
+def run_script(case: Case, workdir: Path, hold_at: int | None) -> EmbeddedRun:
+    workdir.mkdir(parents=True)
+    script = str(SCRIPTS / f"{case.script}.py")
+    return launch(
+        workdir, hold_at, *case.gang, script, str(workdir / "results"), env=dict(case.env)
+    )
+
+
+def finished(run: EmbeddedRun, restarts: int) -> str:
+    """``tiresias-run``'s stderr once it exited 0 with the job completed."""
+    try:
+        code = run.proc.wait(RUN_TIMEOUT)
+    except Exception:
+        raise AssertionError("tiresias-run did not finish:\n" + run.diagnostics()) from None
+    err = run.err.read_text()
+    assert code == 0, run.diagnostics()
+    assert f"{JOB} completed (restarts {restarts}" in err, run.diagnostics()
+    return err
+
+
+@functools.cache
+def reference(case: Case, root: Path) -> Path:
+    """The uninterrupted run's outputs (once per script)."""
+    run = run_script(case, root / f"reference-{case.script}", None)
+    try:
+        finished(run, restarts=0)
+    finally:
+        stop(run)
+    return run.state.parent
+
+
+def job_pids(run: EmbeddedRun) -> list[int]:
+    """Processes of the job: their environment names its checkpoint directory."""
+    marker = f"TIRESIAS_CHECKPOINT_DIR={run.state / 'checkpoints' / JOB}".encode()
+    pids = []
+    for proc in Path("/proc").iterdir():
+        try:
+            if proc.name.isdigit() and marker in (proc / "environ").read_bytes().split(b"\0"):
+                pids.append(int(proc.name))
+        except OSError:
+            continue
+    return pids
+
+
+def preempt_by_sigterm(run: EmbeddedRun, processes: int) -> None:
+    """Once every process of the job holds at its step, SIGTERM them all (as a node's
+    shutdown or an operator would)."""
+
+    def holding() -> bool:
+        logs = sorted((run.state / "agent" / "logs" / JOB).glob("*.log"))
+        held = [p for p in logs if HOLDING.format(run.hold_at) in p.read_text(errors="replace")]
+        return len(held) == processes
+
+    try:
+        wait_until(holding, 180, f"the job to hold at step {run.hold_at}")
+    except AssertionError as e:
+        raise AssertionError(f"{e}\n{run.diagnostics()}") from None
+    pids = job_pids(run)
+    assert len(pids) == processes, pids
+    for pid in pids:
+        os.kill(pid, signal.SIGTERM)
+
+
+def outputs(workdir: Path, case: Case) -> dict[str, object]:
+    results = workdir / "results"
+    lines = Path(f"{results}.batches").read_text().splitlines()
+    batches = [tuple(map(int, line.split())) for line in lines]
+    found: dict[str, object] = {"batches": batches, **json.loads(results.read_text())}
+    for suffix in case.files:
+        found[suffix] = Path(f"{results}{suffix}").read_text()
+    return found
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.script for c in CASES])
+def test_fit_script_resumes_as_if_never_preempted(
+    case: Case, tmp_path: Path, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    if case.script == "horovod_fit" and importlib.util.find_spec("horovod") is None:
+        pytest.skip("needs Horovod")
+    expected = outputs(reference(case, tmp_path_factory.getbasetemp()), case)
+    total = len(expected["batches"])
+    processes = 2 if case.gang else 1
+    run = run_script(case, tmp_path / "preempted", preemption_step(case.script, total))
+    try:
+        if case.preempted_by == "sigterm":
+            preempt_by_sigterm(run, processes)
+        else:
+            preempt_with_a_short_job(run)
+        finished(run, restarts=1)
+    finally:
+        stop(run)
+    second = runs_of(run.log())[1]
+    assert checkpoint_step(run) == run.hold_at
+    got = outputs(run.state.parent, case)
+    assert got["batches"] == expected["batches"]  # every (epoch, batch) once, in order
+    assert got["iterations"] == expected["iterations"] == total
+    if case.exact:
+        assert got == expected, run.diagnostics()
+        assert "tiresias: resuming" not in second  # nothing inexact to report
+    else:
+        assert got["epochs"] == expected["epochs"]
+        assert got["history"].keys() == expected["history"].keys()
+        assert "draws new shuffle seeds" in second, second
