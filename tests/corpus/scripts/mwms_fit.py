@@ -13,6 +13,7 @@ import sys
 import numpy as np
 import tensorflow as tf
 
+strategy = tf.distribute.MultiWorkerMirroredStrategy()  # first: it configures the runtime
 results = sys.argv[1]
 tf.keras.utils.set_random_seed(0)
 tf_config = json.loads(os.environ["TF_CONFIG"])
@@ -26,7 +27,6 @@ multi_worker_dataset = (
     tf.data.Dataset.from_tensor_slices((x, y)).shuffle(512).repeat().batch(global_batch_size)
 )
 
-strategy = tf.distribute.MultiWorkerMirroredStrategy()
 with strategy.scope():
     model = tf.keras.Sequential(
         [
@@ -66,7 +66,7 @@ if chief:
                 "weights": weights,
                 "history": history.history,
                 "epochs": history.epoch,
-                "iterations": int(model.optimizer.iterations),
+                "iterations": int(model.optimizer.iterations.numpy()),
             },
             f,
         )
