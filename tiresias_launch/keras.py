@@ -255,6 +255,7 @@ class _PreemptibleFit:
             self.flavour,
             position,
             getattr(strategy, "num_replicas_in_sync", 1),
+            self.call,
         )
         epoch, batch = position.get("epoch", first_epoch), position.get("batch", 0)
         self.fit_step = position.get("fit_step", 0)

@@ -71,7 +71,11 @@ def source_for(
     flavour: Flavour,
     position: dict,
     replicas: int,
+    call: int,
 ) -> Source:
+    """The source for ``fit``'s input; ``position`` is the checkpoint's when resuming this
+    call (``call``: its number in the process), else empty."""
+
     def arg(name: str) -> Any:
         return arguments.get(name, defaults.get(name))
 
@@ -79,12 +83,14 @@ def source_for(
     if isinstance(x, tf.data.Dataset):
         return DatasetSource(x, per_epoch, flavour.dataset_iterators, bridge=replicas == 1)
     if isinstance(x, flavour.load(flavour.dataset_base)):
-        return SequenceSource(x, flavour, bool(shuffle), position)
+        return SequenceSource(
+            x, flavour, bool(shuffle), position.get("shuffle_seed", fresh_seed(call))
+        )
     if _is_arrays(x):
         if per_epoch is not None or shuffle not in (True, False):
             why = "arrays with steps_per_epoch" if per_epoch else f"shuffle={shuffle!r}"
             return Opaque(f"{why} cannot be positioned mid-epoch", per_epoch)
-        return ArraySource(arg, flavour, position)
+        return ArraySource(arg, flavour, position.get("shuffle_seed", fresh_seed(call)))
     if inspect.isgenerator(x):
         return GeneratorSource(x, per_epoch)
     return Opaque(f"{type(x).__name__} input cannot be positioned mid-epoch", per_epoch)
@@ -109,7 +115,7 @@ def _permutation(seed: int, epoch: int, n: int) -> np.ndarray:
 class ArraySource(Source):
     """NumPy arrays / tensors (nested in tuples, lists or dicts) with ``batch_size``."""
 
-    def __init__(self, arg: Any, flavour: Flavour, position: dict[str, Any]) -> None:
+    def __init__(self, arg: Any, flavour: Flavour, seed: int) -> None:
         data = (arg("x"), arg("y"), arg("sample_weight"))
         self.fixed: dict[str, Any] = {}
         if arg("validation_split") and arg("validation_data") is None:
@@ -123,7 +129,7 @@ class ArraySource(Source):
         self.batch_size = arg("batch_size") or 32
         self.steps = math.ceil(self.n / self.batch_size)
         self.shuffle = bool(arg("shuffle"))
-        self.seed = position.get("shuffle_seed", fresh_seed(position.get("fit_call", 0)))
+        self.seed = seed
 
     def position(self) -> dict[str, Any]:
         return {"shuffle_seed": self.seed}
@@ -278,12 +284,12 @@ def _chain(first: Any, rest: Iterator[Any]) -> Iterator[Any]:
 class SequenceSource(Source):
     """``keras.utils.PyDataset`` (tf_keras: ``Sequence``): indexed batches."""
 
-    def __init__(self, inner: Any, flavour: Flavour, shuffle: bool, position: dict) -> None:
+    def __init__(self, inner: Any, flavour: Flavour, shuffle: bool, seed: int) -> None:
         self.inner = inner
         self.view = _view_class(flavour.load(flavour.dataset_base))
         self.steps = len(inner)
         self.shuffle = shuffle
-        self.seed = position.get("shuffle_seed", fresh_seed(position.get("fit_call", 0)))
+        self.seed = seed
 
     def position(self) -> dict[str, Any]:
         return {"shuffle_seed": self.seed}
