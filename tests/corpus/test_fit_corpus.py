@@ -101,12 +101,14 @@ def reference(case: Case, root: Path) -> Path:
 
 
 def job_pids(run: EmbeddedRun) -> list[int]:
-    """Processes of the job: their environment names its checkpoint directory."""
-    marker = f"TIRESIAS_CHECKPOINT_DIR={run.state / 'checkpoints' / JOB}".encode()
+    """Processes of the job: their environment names its checkpoint directory (under the
+    job's key, ``<job id>-<state instance>``)."""
+    marker = f"TIRESIAS_CHECKPOINT_DIR={run.state / 'checkpoints' / JOB}-".encode()
     pids = []
     for proc in Path("/proc").iterdir():
         try:
-            if proc.name.isdigit() and marker in (proc / "environ").read_bytes().split(b"\0"):
+            environ = (proc / "environ").read_bytes().split(b"\0") if proc.name.isdigit() else []
+            if any(entry.startswith(marker) for entry in environ):
                 pids.append(int(proc.name))
         except OSError:
             continue
@@ -118,7 +120,7 @@ def preempt_by_sigterm(run: EmbeddedRun, processes: int) -> None:
     shutdown or an operator would)."""
 
     def holding() -> bool:
-        logs = sorted((run.state / "agent" / "logs" / JOB).glob("*.log"))
+        logs = sorted((run.state / "agent" / "logs").glob(f"{JOB}-*/*.log"))
         held = [p for p in logs if HOLDING.format(run.hold_at) in p.read_text(errors="replace")]
         return len(held) == processes
 
