@@ -258,7 +258,7 @@ class _PreemptibleFit:
             self.call,
         )
         epoch, batch = position.get("epoch", first_epoch), position.get("batch", 0)
-        self.fit_step = position.get("fit_step", 0)
+        self.fit_step = position.get("fit_step", position.get("step", 0))  # older layouts
         if batch and not self.source.resumes_mid_epoch:
             log.warning(
                 "tiresias: %s; epoch %d restarts from its first batch (%d batches run twice)",

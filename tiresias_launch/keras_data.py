@@ -83,6 +83,8 @@ def source_for(
     if isinstance(x, tf.data.Dataset):
         return DatasetSource(x, per_epoch, flavour.dataset_iterators, bridge=replicas == 1)
     if isinstance(x, flavour.load(flavour.dataset_base)):
+        if _batches(x) is None:
+            return Opaque("an infinite PyDataset cannot be positioned", per_epoch)
         return SequenceSource(
             x, flavour, bool(shuffle), position.get("shuffle_seed", fresh_seed(call))
         )
@@ -94,6 +96,14 @@ def source_for(
     if inspect.isgenerator(x):
         return GeneratorSource(x, per_epoch)
     return Opaque(f"{type(x).__name__} input cannot be positioned mid-epoch", per_epoch)
+
+
+def _batches(dataset: Any) -> int | None:
+    """Batches of a PyDataset (``num_batches``, None when infinite) or Sequence (``len``)."""
+    try:
+        return dataset.num_batches if hasattr(type(dataset), "num_batches") else len(dataset)
+    except (NotImplementedError, TypeError):
+        return None
 
 
 def _is_arrays(x: Any) -> bool:
@@ -287,7 +297,7 @@ class SequenceSource(Source):
     def __init__(self, inner: Any, flavour: Flavour, shuffle: bool, seed: int) -> None:
         self.inner = inner
         self.view = _view_class(flavour.load(flavour.dataset_base))
-        self.steps = len(inner)
+        self.steps = _batches(inner)
         self.shuffle = shuffle
         self.seed = seed
 
@@ -331,7 +341,7 @@ def _view_class(base: type) -> type:
             self.order = self.source.order(epoch)
 
         def __len__(self) -> int:
-            return len(self.inner) - self.first_skip
+            return self.source.steps - self.first_skip
 
         def __getitem__(self, index: int) -> Any:
             return self.inner[int(self.order[index + self.skip])]

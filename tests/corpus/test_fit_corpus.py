@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from e2e.test_tiresias_run_tf import (
+from e2e.test_tiresias_run import (
     HOLDING,
     JOB,
     RUN_TIMEOUT,
