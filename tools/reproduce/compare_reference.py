@@ -123,7 +123,14 @@ VARIANTS: dict[str, tuple[str, dict[str, object]]] = {
         {"preempt_cost": 120.0, "min_run_restores": 10.0},
     ),
 }
-DEFAULT_VARIANTS = ("tiresias-l", "tiresias-l first-start", "srsf")
+DEFAULT_VARIANTS = (
+    "tiresias-l",
+    "tiresias-l first-start",
+    "tiresias-l 3250,7200",
+    "tiresias-l 36000 first-start",
+    "tiresias-l oracle thresholds",
+    "srsf",
+)
 
 
 @dataclass(frozen=True)
@@ -234,7 +241,7 @@ def misses(o: dict[str, float], d: dict[str, float], srsf: dict[str, float]) -> 
         ("SRSF", o["avg_jct"], 1.15 * srsf["avg_jct"]),
     ):
         if mine > theirs + 0.5:
-            out.append(f"{what} {mine / theirs:.2f}×" if theirs else f"{what} {mine:.0f}")
+            out.append(f"{what} {mine / theirs:.3f}×" if theirs else f"{what} {mine:.0f}")
     return out
 
 
