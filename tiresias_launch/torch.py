@@ -35,22 +35,36 @@ def _module(model: torch.nn.Module) -> torch.nn.Module:
     return inner if isinstance(inner, torch.nn.Module) else model
 
 
-def _skip_next_pass(sampler: Any, items: int) -> None:
-    """Make the next pass of a loader's (batch) sampler skip its first ``items``, so the
-    loader never even loads the batches a resumed epoch already trained on. The sampler's
-    class is swapped for a subclass (same layout: no new slots) with a skipping iterator."""
+def _resumable(sampler: Any) -> Any:
+    """A loader's (batch) sampler, made resumable by swapping its class for a subclass (same
+    layout: no new slots) whose passes record the RNG states they start with (a
+    ``RandomSampler`` draws its permutation from them) and can be told, once, to start from
+    given states and to skip their first items: the loader then never even loads the
+    batches a resumed epoch already trained on."""
     cls = type(sampler)
-    if not getattr(cls, "_tiresias_resumable", False):
+    if getattr(cls, "_tiresias_resumable", False):
+        return sampler
 
-        def skipping_iter(self: Any) -> Iterator[Any]:
-            # a generator: the skip is taken by the pass that yields, not by an iterator
-            # made and dropped unused (a multi-worker DataLoader makes two per epoch)
-            skip, self._tiresias_skip = self._tiresias_skip, 0
-            yield from itertools.islice(cls.__iter__(self), skip, None)
+    def resumable_iter(self: Any) -> Iterator[Any]:
+        # a generator: the resume is taken by the pass that yields, not by an iterator made
+        # and dropped unused (a multi-worker DataLoader makes two per epoch)
+        skip, start = self._tiresias_skip, self._tiresias_start
+        self._tiresias_skip, self._tiresias_start = 0, None
+        if start is not None:
+            _set_rng_states(start)
+        self._tiresias_pass_rng = _rng_states()
+        yield from itertools.islice(cls.__iter__(self), skip, None)
 
-        members = {"__slots__": (), "__iter__": skipping_iter, "_tiresias_resumable": True}
-        sampler.__class__ = type(f"Resumable{cls.__name__}", (cls,), members)
-    sampler._tiresias_skip = items
+    members = {
+        "__slots__": (),
+        "__iter__": resumable_iter,
+        "_tiresias_resumable": True,
+        "_tiresias_skip": 0,
+        "_tiresias_start": None,
+        "_tiresias_pass_rng": None,
+    }
+    sampler.__class__ = type(f"Resumable{cls.__name__}", (cls,), members)
+    return sampler
 
 
 def _rng_states() -> dict[str, Any]:
@@ -102,7 +116,9 @@ class TorchCheckpointer:
                 "and the DataLoader (loader=…)"
             )
         self.objects = objects
-        self.loaders = list(loaders.values())
+        # batch_size=None: the loader yields one sample per step, straight from its sampler
+        self.loaders = [(o, _resumable(o.batch_sampler or o.sampler)) for o in loaders.values()]
+        self._resume_passes: list[Any] | None = None
         self.modules = [_module(o) for o in objects.values() if isinstance(o, torch.nn.Module)]
         if not self.modules:
             raise ValueError("tiresias.State needs the model (a torch.nn.Module), e.g. model=…")
@@ -137,12 +153,14 @@ class TorchCheckpointer:
         return {"tensor_bytes": sizes}
 
     def begin_epoch(self, epoch: int, skip_batches: int) -> None:
-        """Start each loader's ``epoch``, skipping the batches a resumed epoch already did."""
-        for loader in self.loaders:
+        """Start each loader's ``epoch``; the first epoch after a restore starts its pass from
+        the RNG states the interrupted pass started with and skips the batches it trained."""
+        passes, self._resume_passes = self._resume_passes, None
+        for i, (loader, sampler) in enumerate(self.loaders):
             if hasattr(loader.sampler, "set_epoch"):
                 loader.sampler.set_epoch(epoch)
-            # batch_size=None: the loader yields one sample per step, straight from its sampler
-            _skip_next_pass(loader.batch_sampler or loader.sampler, skip_batches)
+            if passes is not None:
+                sampler._tiresias_skip, sampler._tiresias_start = skip_batches, passes[i]
 
     def restore(self, rt: Runtime) -> Checkpoint | None:
         def read(ckpt: Checkpoint) -> None:
@@ -162,7 +180,9 @@ class TorchCheckpointer:
 
     def _write(self, directory: Path) -> None:
         state = {name: o.state_dict() for name, o in self.objects.items()}
-        torch.save({"objects": state, "rng": _rng_states()}, directory / STATE_FILE)
+        passes = [sampler._tiresias_pass_rng for _, sampler in self.loaders]
+        saved = {"objects": state, "rng": _rng_states(), "passes": passes}
+        torch.save(saved, directory / STATE_FILE)
 
     def _read(self, ckpt: Checkpoint) -> dict[str, Any]:
         """Load every object's state; return the RNG states to apply."""
@@ -172,4 +192,6 @@ class TorchCheckpointer:
             raise ValueError(f"checkpoint {ckpt.path} has no state for {', '.join(missing)}")
         for name, o in self.objects.items():
             o.load_state_dict(saved["objects"][name])
+        if len(saved["passes"]) == len(self.loaders):
+            self._resume_passes = saved["passes"]
         return saved["rng"]

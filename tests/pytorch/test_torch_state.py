@@ -35,8 +35,9 @@ def preempt_and_resume(tmp_path: Path, request: GangRequest, hold: int) -> tuple
     plain_dir, preempted_dir = tmp_path / "plain", tmp_path / "preempted"
     plain_dir.mkdir()
     preempted_dir.mkdir()
+    ranks = request.workers
     plain = start(request, plain_dir)
-    assert plain.wait(TIMEOUT) == [0] * RANKS, plain.tails()
+    assert plain.wait(TIMEOUT) == [0] * ranks, plain.tails()
 
     first = start(request, preempted_dir, env={"TIRESIAS_HOLD_AT_STEP": str(hold)})
     holding = f"tiresias: holding at step {hold} until preempted"
@@ -46,20 +47,20 @@ def preempt_and_resume(tmp_path: Path, request: GangRequest, hold: int) -> tuple
         f"every rank to hold at step {hold}",
     )
     first.signal(signal.SIGTERM)
-    assert first.wait(TIMEOUT) == [EXIT_CHECKPOINTED] * RANKS, first.tails()
+    assert first.wait(TIMEOUT) == [EXIT_CHECKPOINTED] * ranks, first.tails()
     [ckpt] = CheckpointStore(preempted_dir / "ckpt" / "job", "job").complete()
     assert ckpt.manifest.step == hold
-    for rank in range(RANKS):
+    for rank in range(ranks):
         assert len(losses(preempted_dir, rank)) == hold
 
     second = start(request, preempted_dir, restart=1)
-    assert second.wait(TIMEOUT) == [0] * RANKS, second.tails()
+    assert second.wait(TIMEOUT) == [0] * ranks, second.tails()
     return plain_dir, preempted_dir
 
 
-def assert_same_run(plain_dir: Path, preempted_dir: Path) -> None:
+def assert_same_run(plain_dir: Path, preempted_dir: Path, ranks: int = RANKS) -> None:
     """Every step once, with the same loss (data, RNG, momentum, LR), and equal weights."""
-    for rank in range(RANKS):
+    for rank in range(ranks):
         assert losses(preempted_dir, rank) == losses(plain_dir, rank)
     resumed = torch.load(preempted_dir / "weights.pt")
     reference = torch.load(plain_dir / "weights.pt")
@@ -89,6 +90,21 @@ def test_epoch_loop_with_distributed_sampler_sees_every_sample_once(tmp_path: Pa
             seen = [int(i) for row in rows if row[0] == str(epoch) for i in row[1:-1]]
             assert len(seen) == len(set(seen)) == 48, f"rank {rank} epoch {epoch}: {seen}"
     assert_same_run(plain_dir, preempted_dir)
+
+
+def test_shuffled_loader_resumes_its_own_permutation(tmp_path: Path) -> None:
+    """A shuffled DataLoader draws each epoch's order from the global RNG when its pass
+    starts: the resumed pass starts from the interrupted pass's RNG states, so it skips
+    exactly the batches already trained, and dropout then continues where it was."""
+    epochs, per_epoch = 3, 8
+    argv = (str(SCRIPTS / "shuffled_epochs.py"), str(epochs), "log-{rank}", "weights.pt")
+    hold = random.Random("shuffled_epochs").randrange(1, epochs * per_epoch)
+    plain_dir, preempted_dir = preempt_and_resume(tmp_path, GangRequest(argv), hold)
+    rows = [line.split() for line in losses(preempted_dir, 0)]
+    for epoch in range(epochs):
+        seen = [int(i) for row in rows if row[0] == str(epoch) for i in row[1:-1]]
+        assert sorted(seen) == list(range(40)), f"epoch {epoch}: {seen}"
+    assert_same_run(plain_dir, preempted_dir, ranks=1)
 
 
 def test_a_checkpoint_killed_mid_write_leaves_the_previous_one(tmp_path: Path) -> None:
