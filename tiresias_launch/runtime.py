@@ -241,7 +241,13 @@ class Runtime:
         """Checkpoint (through ``save``), wait for the gang, and exit with EXIT_CHECKPOINTED."""
         save()
         if self.barrier is not None:
-            self.barrier()  # peers must not exit (and break collectives) before the save
+            # peers must not exit (and break collectives) before the save. A peer that got
+            # through the barrier saw everyone's part of it, the chief's included, so the save
+            # is done; its exit may still abort the collective on a slower rank, harmlessly.
+            try:
+                self.barrier()
+            except Exception as e:  # e.g. TF "Collective ops is aborted: Socket closed"
+                self.say(f"the gang's last barrier ended early ({type(e).__name__}); stopping")
         self.exit(EXIT_CHECKPOINTED)
 
     def exit(self, code: int) -> NoReturn:

@@ -188,3 +188,27 @@ def test_hold_at_step_waits_for_the_preemption_signal(tmp_path: Path) -> None:
         env={**env, "TIRESIAS_HOLD_AT_STEP": ""},
     )
     assert plain.stdout == "ran all 10 steps\n"
+
+
+def test_a_barrier_aborted_by_a_peer_that_already_left_still_exits_checkpointed(
+    tmp_path: Path,
+) -> None:
+    """After the chief's save, a fast peer leaves the last barrier and exits; its exit can
+    abort the collective on a slower rank. The save is done, so that rank exits 75 too."""
+    code = (
+        "from tiresias_launch.runtime import get_runtime\n"
+        "rt = get_runtime()\n"
+        "def aborted():\n"
+        "    raise RuntimeError('Collective ops is aborted: Socket closed')\n"
+        "rt.barrier = aborted\n"
+        "rt.stop(lambda: print('saved', flush=True))\n"
+    )
+    env = {**os.environ, "TIRESIAS_CHECKPOINT_DIR": str(tmp_path)}
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=env
+    )
+    assert done.returncode == 75, done.stderr
+    assert done.stdout.splitlines() == [
+        "saved",
+        "tiresias: the gang's last barrier ended early (RuntimeError); stopping",
+    ]
