@@ -259,22 +259,25 @@ class _PreemptibleFit:
         )
         epoch, batch = position.get("epoch", first_epoch), position.get("batch", 0)
         self.fit_step = position.get("fit_step", position.get("step", 0))  # older layouts
-        if batch and not self.source.resumes_mid_epoch:
+        if position and not self.source.resumes_mid_epoch:
             log.warning(
-                "tiresias: %s; epoch %d restarts from its first batch (%d batches run twice)",
+                "tiresias: %s; epoch %d restarts from its first batch (%d batches run twice)"
+                " in the order Keras feeds it",
                 self.source.why_inexact,
                 epoch + 1,
                 batch,
             )
             self.fit_step -= batch
             batch = 0
-        elif position and self.source.why_inexact:
+        elif position and (
+            why := self.source.why_inexact or (batch and self.source.why_inexact_mid_epoch)
+        ):
             log.warning(
                 "tiresias: resuming at epoch %d, batch %d: %s draws new shuffle seeds, so "
                 "the batches from here are as many as without the preemption but not the same",
                 epoch + 1,
                 batch,
-                self.source.why_inexact,
+                why,
             )
         self.source.replay_epochs(epoch - first_epoch)  # before the RNG states are restored
         self._prepare(resumed=bool(position))

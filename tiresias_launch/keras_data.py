@@ -34,8 +34,10 @@ class Source:
     #: Batches per epoch, when known (for the progress bar and stream positions).
     steps: int | None = None
     resumes_mid_epoch = True
-    #: Why this input cannot be resumed exactly ('' when it can).
+    #: Why this input cannot be resumed exactly ('' when it can), and why not when resumed
+    #: inside an epoch.
     why_inexact = ""
+    why_inexact_mid_epoch = ""
 
     def phase(self, epoch: int, skip: int, consumed: int) -> dict[str, Any]:
         """``fit`` arguments for a phase starting at batch ``skip`` of ``epoch``, after
@@ -218,8 +220,12 @@ class DatasetSource(Source):
             self.why_inexact = "a finite reshuffling dataset with steps_per_epoch"
         elif self.reshuffles and self.infinite and not bridge:
             self.why_inexact = "an infinite reshuffling dataset under a multi-replica strategy"
-        elif self.reshuffles and not self.infinite and iterators[0]:
-            self.why_inexact = "a finite reshuffling dataset under tf_keras"
+        # a second fit (the epochs after a partly done one) makes its own unused iterator
+        self.why_inexact_mid_epoch = (
+            "a finite reshuffling dataset under tf_keras"
+            if self.reshuffles and not self.infinite and iterators[0]
+            else ""
+        )
 
     def phase(self, epoch: int, skip: int, consumed: int) -> dict[str, Any]:
         overrides: dict[str, Any] = {}
