@@ -103,6 +103,9 @@ VARIANTS: dict[str, tuple[str, dict[str, object]]] = {
     "tiresias-l 3600": ("tiresias-l", {"thresholds": (3600.0,)}),
     "tiresias-l 3600,7200": ("tiresias-l", {"thresholds": (3600.0, 7200.0)}),
     "tiresias-l 3600,7200,14400": ("tiresias-l", {"thresholds": (3600.0, 7200.0, 14400.0)}),
+    "tiresias-l min-run 60": ("tiresias-l", {"min_run": 60.0}),
+    "tiresias-l min-run 300": ("tiresias-l", {"min_run": 300.0}),
+    "tiresias-l min-run 900": ("tiresias-l", {"min_run": 900.0}),
     # no thrashing, with the per-model cost table (every Philly job costs ResNet-50's)
     "tiresias-l model-cost": ("tiresias-l", {"preempt_cost": "model"}),
     "tiresias-l model-cost min-run 600": (
