@@ -8,6 +8,7 @@ crashing the event loop or corrupting scheduler state.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -16,6 +17,8 @@ import msgpack
 VERSION = 1
 #: Largest message the protocol accepts; decode() refuses anything bigger with an error reply.
 MAX_MESSAGE_BYTES = 1 << 20
+#: What a job id or job key may be: it names files and directories on the agents.
+_SAFE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,127}")
 #: Longest idempotency ``key`` of a submit.
 MAX_KEY = 128
 #: Socket-level cap (zmq.MAXMSGSIZE): ZeroMQ drops the connection of a peer sending more.
@@ -351,6 +354,13 @@ def validate(msg: Any) -> dict[str, Any]:
     if t in REQUESTS and not (isinstance(msg.get("id"), int) and not isinstance(msg["id"], bool)):
         raise ProtocolError(f"{t}: requests need an integer 'id'")
     check_fields(t, msg, SCHEMAS[t])
+    for name in ("job_id", "job_key"):  # agents make paths of them
+        value = msg.get(name)
+        if value is not None and not _SAFE_NAME.fullmatch(value):
+            raise ProtocolError(
+                f"{t}: '{name}' must be 1 to 128 letters, digits, '.', '_' or '-' "
+                f"(not starting with '.' or '-'), got {value[:40]!r}"
+            )
     _check_nested(t, msg)
     return msg
 

@@ -59,12 +59,13 @@ class Cluster:
         self.keys: Path | None = None  # CURVE key directory clients and agents use
         self.env = {**os.environ, "PYTHONUNBUFFERED": "1"}
 
-    def start_coordinator(self, *args: str) -> None:
+    def start_coordinator(self, *args: str, prefix: list[str] | None = None) -> None:
         if args:
             self.coordinator_args = list(args)
         log = (self.tmp / "coordinator.log").open("ab")
         self.coordinator = subprocess.Popen(
             [
+                *(prefix or []),
                 sys.executable,
                 "-m",
                 "coordinator.service.coordinator",
@@ -202,13 +203,14 @@ class Cluster:
 class FakeCoordinator:
     """A ROUTER speaking the coordinator's side to one real agent process."""
 
-    def __init__(self, tmp: Path) -> None:
+    def __init__(self, tmp: Path, prefix: list[str] | None = None) -> None:
         self.sock = self._bind(f"ipc://{tmp}/fake-coordinator.sock")
         self.address = self.sock.getsockopt_string(zmq.LAST_ENDPOINT)
         self.workdir = tmp / "agent"
         self.log = tmp / "agent.log"
         self.proc = subprocess.Popen(
             [
+                *(prefix or []),
                 sys.executable,
                 "-m",
                 "coordinator.service.agent",

@@ -52,6 +52,8 @@ def _report(**fields: Any) -> bytes:
         (_msg("logs", job_id="j1", offsets={"n/a.log": -1}), "byte offsets must be >= 0"),
         (_msg("logs", job_id="j1", limit=-1), "'limit' must be a finite number >= 0"),
         (_msg("advance", seconds=math.nan), "'seconds' must be a finite number"),
+        (_msg("status", job_id="../../etc"), "'job_id' must be 1 to 128 letters"),
+        (_msg("fetch_logs", job_id="j1", job_key="x" * 300, req=1, offsets={}, limit=1), "128"),
         (
             msgpack.packb({"type": "queue", "v": 1.0, "id": 1}),
             "protocol version 1.0 not supported",
