@@ -69,6 +69,7 @@ def test_service_commands(
         (tiresias, ["submit", "--workers", HUGE, SCRIPT], "expected a whole number"),
         (tiresias, ["submit", "--env", "NOVALUE", SCRIPT], "expected NAME=VALUE"),
         (tiresias, ["submit", "--timeout", "-1", SCRIPT], "expected seconds > 0"),
+        (tiresias, ["status", "--since", "yesterday"], "expected a duration (90s, 30m"),
         (tiresias, ["keys", "generate", "/proc/no/such/dir"], "keys generate"),
         (agent, ["--coordinator", "garbage", "--workdir", str(tmp_path)], "address 'garbage'"),
         (agent, ["--gpus", "1000000000"], "a node has 1 to 1024 GPUs"),

@@ -83,3 +83,11 @@ def test_cli_pages_through_history(crowded: tuple[Coordinator, float]) -> None:
     )
     jobs = json.loads(out.stdout)
     assert len(jobs) == JOBS and jobs[-1]["state"] == "cancelled"
+
+
+def test_user_filter(crowded: tuple[Coordinator, float]) -> None:
+    coord, _ = crowded
+    with Client(coord.address, timeout=10) as c:
+        assert len(list_jobs(c, "status", all=True, user="root")) == JOBS
+        assert list_jobs(c, "status", all=True, user="nobody") == []
+        assert [j["job_id"] for j in list_jobs(c, "queue", user="root")] == ["j1", "j2"]
