@@ -49,6 +49,9 @@ class Flavour:
     #: Iterators fit creates of a finite tf.data dataset: (once per fit call, per epoch);
     #: each draws new shuffle seeds, so a resume must create as many first.
     dataset_iterators: tuple[int, int]
+    #: fit can start an epoch at a batch (tf_keras: the hook BackupAndRestore uses), so a
+    #: stream (infinite dataset) resumes in one fit over one iterator.
+    starts_mid_epoch: bool
 
     def load(self, spec: str) -> Any:
         module, name = spec.split(":")
@@ -70,6 +73,7 @@ TARGETS = {
         "keras.src.backend:floatx",
         lambda verbose, model: verbose,  # Keras 3's ProgbarLogger resolves "auto" itself
         (0, 2),  # the epoch's, and one made for the next epoch and never used
+        False,
     ),
     "tf_keras.src.engine.training": Flavour(
         "tf_keras.src.callbacks",
@@ -78,6 +82,7 @@ TARGETS = {
         "tf_keras.src.backend:floatx",
         _tf_keras_verbosity,
         (1, 1),  # one made before the first epoch and never used, then the epoch's
+        True,
     ),
 }
 _PATCHED = "__tiresias_patched__"
@@ -282,6 +287,18 @@ class _PreemptibleFit:
         self.source.replay_epochs(epoch - first_epoch)  # before the RNG states are restored
         self._prepare(resumed=bool(position))
         self.callbacks = _make_callback_list(self.flavour)(self, epochs, position)
+        if batch and self.flavour.starts_mid_epoch and self.source.stream:
+            self._fit_from_batch(epoch, epochs, batch)
+        else:
+            self._fit_in_phases(epoch, epochs, batch)
+        history = self.callbacks.history
+        self.job.finished.append(
+            {"model": self.model.name, "params": history.params, **_history_record(history)}
+        )
+        return history
+
+    def _fit_in_phases(self, epoch: int, epochs: int, batch: int) -> None:
+        """The rest of a partly done epoch as one fit, then the remaining epochs."""
         phases = [(epoch, epochs, batch)]
         if batch and epoch + 1 < epochs:
             phases = [(epoch, epoch + 1, batch), (epoch + 1, epochs, 0)]
@@ -289,18 +306,27 @@ class _PreemptibleFit:
         for i, (start, end, skip) in enumerate(phases):
             if i and self.model.stop_training:  # a callback stopped training in phase 1
                 break
-            self.callbacks.offset = skip
+            self.callbacks.offset = self.callbacks.start = skip
             self.callbacks.last_phase = i == len(phases) - 1
             overrides = self.source.phase(start, skip, consumed)
             consumed += (self.source.steps or 0) - skip
-            arguments = {**self.arguments, **overrides}
-            arguments.update(initial_epoch=start, epochs=end, callbacks=self.callbacks)
-            self.original(self.model, **arguments)
-        history = self.callbacks.history
-        self.job.finished.append(
-            {"model": self.model.name, "params": history.params, **_history_record(history)}
-        )
-        return history
+            self._fit(start, end, overrides)
+
+    def _fit_from_batch(self, epoch: int, epochs: int, batch: int) -> None:
+        """One fit that starts epoch ``epoch`` at ``batch`` (tf_keras numbers its batches
+        from there itself) over one iterator of the stream."""
+        self.callbacks.offset, self.callbacks.start = 0, batch
+        overrides = self.source.phase(epoch, 0, self.fit_step)
+        self.model._maybe_load_initial_counters_from_ckpt = lambda *_: (epoch, batch)
+        try:
+            self._fit(epoch, epochs, overrides)
+        finally:
+            del self.model._maybe_load_initial_counters_from_ckpt
+
+    def _fit(self, initial_epoch: int, epochs: int, overrides: dict[str, Any]) -> None:
+        arguments = {**self.arguments, **overrides}
+        arguments.update(initial_epoch=initial_epoch, epochs=epochs, callbacks=self.callbacks)
+        self.original(self.model, **arguments)
 
     def _replay(self, record: dict[str, Any]) -> Any:
         """A call finished before the preemption: its recorded History, without training."""
@@ -456,7 +482,8 @@ def _make_callback_list(flavour: Flavour) -> Callable[..., Any]:
             self._t0 = 0.0
 
         def on_epoch_begin(self, epoch: int, logs: Any = None) -> None:
-            self.fit.epoch_begins(epoch, self.batches.offset)
+            self.fit.epoch_begins(epoch, self.batches.start)
+            self.batches.start = 0
 
         def on_train_batch_begin(self, batch: int, logs: Any = None) -> None:
             self.fit.batch_begins()
@@ -474,7 +501,8 @@ def _make_callback_list(flavour: Flavour) -> Callable[..., Any]:
             user = fit.arg("callbacks") or []
             if isinstance(user, module.CallbackList):
                 user = user.callbacks
-            self.offset = 0
+            self.offset = 0  # added to Keras's batch numbers (the rest of an epoch, in phases)
+            self.start = 0  # batches of the next epoch already done
             self.last_phase = True
             self.began = self.ended = False
             self.resumed = bool(position)

@@ -34,6 +34,8 @@ class Source:
     #: Batches per epoch, when known (for the progress bar and stream positions).
     steps: int | None = None
     resumes_mid_epoch = True
+    #: One iterator across epochs (Keras does not restart it every epoch).
+    stream = False
     #: Why this input cannot be resumed exactly ('' when it can), and why not when resumed
     #: inside an epoch.
     why_inexact = ""
@@ -83,7 +85,10 @@ def source_for(
 
     x, per_epoch, shuffle = arg("x"), arg("steps_per_epoch"), arg("shuffle")
     if isinstance(x, tf.data.Dataset):
-        return DatasetSource(x, per_epoch, flavour.dataset_iterators, bridge=replicas == 1)
+        # a resumed stream continues one iterator: in one fit where Keras can start an epoch
+        # at a batch, else through a generator (not under a multi-replica strategy)
+        one_fit = flavour.starts_mid_epoch
+        return DatasetSource(x, per_epoch, flavour.dataset_iterators, one_fit, replicas == 1)
     if isinstance(x, flavour.load(flavour.dataset_base)):
         if _batches(x) is None:
             return Opaque("an infinite PyDataset cannot be positioned", per_epoch)
@@ -195,30 +200,32 @@ def _to_tensors(data: Any, floatx: str) -> Any:
 class DatasetSource(Source):
     """``tf.data``. Keras iterates an infinite dataset once across epochs: a resumed epoch's
     rest and the epochs after it must continue one iterator (a second one would draw new
-    shuffle seeds), so they are fed through a generator over it (``bridge``; not under a
-    multi-replica strategy, whose dataset rebatching needs a real pipeline: there the
-    dataset is skipped and reshuffles from new seeds). A finite dataset is iterated every
-    epoch: the epoch is skipped into after advancing its shuffle seeds by the epochs run."""
+    shuffle seeds): in one fit (``one_fit``, tf_keras) or fed through a generator over it
+    (``bridge``; not under a multi-replica strategy, whose dataset rebatching needs a real
+    pipeline: there the dataset is skipped and reshuffles from new seeds). A finite dataset
+    is iterated every epoch: the epoch is skipped into after advancing its shuffle seeds by
+    the epochs run."""
 
     def __init__(
         self,
         dataset: tf.data.Dataset,
         per_epoch: int | None,
         iterators: tuple[int, int],
+        one_fit: bool,
         bridge: bool,
     ) -> None:
         self.dataset = dataset
         self.per_epoch = per_epoch
         cardinality = int(dataset.cardinality())
-        self.infinite = cardinality == tf.data.INFINITE_CARDINALITY
+        self.infinite = self.stream = cardinality == tf.data.INFINITE_CARDINALITY
         self.steps = per_epoch or (cardinality if cardinality >= 0 else None)
         self.iterators = iterators
         self.bridge = bridge
-        self.stream: Iterator[Any] | None = None
+        self.iterator: Iterator[Any] | None = None  # the bridge's
         self.reshuffles = _reshuffles(dataset)
         if self.reshuffles and not self.infinite and per_epoch:
             self.why_inexact = "a finite reshuffling dataset with steps_per_epoch"
-        elif self.reshuffles and self.infinite and not bridge:
+        elif self.reshuffles and self.infinite and not (one_fit or bridge):
             self.why_inexact = "an infinite reshuffling dataset under a multi-replica strategy"
         # a second fit (the epochs after a partly done one) makes its own unused iterator
         self.why_inexact_mid_epoch = (
@@ -231,10 +238,10 @@ class DatasetSource(Source):
         overrides: dict[str, Any] = {}
         if self.per_epoch:
             overrides["steps_per_epoch"] = self.per_epoch - skip
-        if self.infinite and self.bridge and (skip or self.stream is not None):
-            if self.stream is None:
-                self.stream = iter(self.dataset.skip(consumed))
-            rest = _take(self.stream, self.per_epoch - skip) if skip else _iterate(self.stream)
+        if self.infinite and self.bridge and (skip or self.iterator is not None):
+            if self.iterator is None:
+                self.iterator = iter(self.dataset.skip(consumed))
+            rest = _take(self.iterator, self.per_epoch - skip) if skip else _iterate(self.iterator)
             return {**overrides, "x": rest}
         drop = consumed if self.infinite else skip
         return {**overrides, "x": self.dataset.skip(drop) if drop else self.dataset}

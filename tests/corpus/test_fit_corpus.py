@@ -11,9 +11,10 @@ sees the same signal either way), which keeps the corpus to three job starts per
 Asserted against the reference run, from what the script itself writes: final weights
 (bit-identical: the scripts seed everything and the CPU ops are deterministic), History,
 the optimizer's iteration count, the ``(epoch, batch)`` numbers a callback saw (each once, in
-order), and script-specific files (the CSVLogger file). The one pattern that cannot be
-resumed exactly (a reshuffling infinite dataset under MultiWorkerMirroredStrategy) asserts
-the documented fallback instead: the same numbers of batches and epochs, and the log line.
+order), and script-specific files (the CSVLogger file). Under MultiWorkerMirroredStrategy
+the History of the resumed epoch is equal to float rounding (see ``Case.history_rel``). The
+pattern that cannot be resumed exactly (legacy Keras, a finite reshuffling dataset, resumed
+inside an epoch) asserts the documented fallback instead (``Case.fallback``).
 """
 
 from __future__ import annotations
@@ -53,7 +54,12 @@ class Case:
     gang: tuple[str, ...] = ()
     env: tuple[tuple[str, str], ...] = ()
     files: tuple[str, ...] = ()  # other outputs that must be equal (suffixes of RESULTS)
-    exact: bool = True
+    #: History only to this relative tolerance: a multi-replica epoch's metric totals are
+    #: restored split evenly over the replicas, so its mean can differ in the last bit.
+    history_rel: float = 0.0
+    #: Cannot be resumed exactly inside an epoch: the log line that says so (the documented
+    #: fallback keeps every batch number and the step count, not the shuffle).
+    fallback: str = ""
 
 
 CASES = [
@@ -64,7 +70,13 @@ CASES = [
     Case("generator_pydataset", "sigterm"),
     Case("fit_loop", "policy"),
     Case("stock_callbacks", "sigterm", files=(".csv",)),
-    Case("mwms_fit", "policy", ("--workers", "2"), tuple(LEGACY.items()), exact=False),
+    Case("mwms_fit", "policy", ("--workers", "2"), tuple(LEGACY.items()), history_rel=1e-6),
+    Case(
+        "legacy_reshuffle",
+        "policy",
+        env=tuple(LEGACY.items()),
+        fallback="a finite reshuffling dataset under tf_keras draws new shuffle seeds",
+    ),
     Case("horovod_fit", "sigterm", ("--horovod", "--workers", "2"), tuple(LEGACY.items())),
 ]
 
@@ -167,10 +179,16 @@ def test_fit_script_resumes_as_if_never_preempted(
     got = outputs(run.state.parent, case)
     assert got["batches"] == expected["batches"]  # every (epoch, batch) once, in order
     assert got["iterations"] == expected["iterations"] == total
-    if case.exact:
-        assert got == expected, run.diagnostics()
-        assert "tiresias: resuming" not in second  # nothing inexact to report
-    else:
+    if case.fallback:
+        batch = expected["batches"][run.hold_at][1]
+        assert (case.fallback in second) == (batch > 0), second
         assert got["epochs"] == expected["epochs"]
         assert got["history"].keys() == expected["history"].keys()
-        assert "draws new shuffle seeds" in second, second
+        return
+    assert "tiresias: resuming" not in second  # nothing inexact to report
+    if case.history_rel:
+        history, expected_history = got.pop("history"), expected.pop("history")
+        assert history.keys() == expected_history.keys()
+        for key, values in history.items():
+            assert values == pytest.approx(expected_history[key], rel=case.history_rel), key
+    assert got == expected, run.diagnostics()
