@@ -28,11 +28,13 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from tiresias_launch import keras_data
 from tiresias_launch.checkpoint import Checkpoint, CheckpointError
 from tiresias_launch.runtime import Runtime, get_runtime
+
+if TYPE_CHECKING:  # it imports TensorFlow: only once a Keras fit runs
+    from tiresias_launch import keras_data
 
 log = logging.getLogger(__name__)
 
@@ -248,6 +250,8 @@ class _PreemptibleFit:
         return self.arguments.get(name, self.defaults.get(name))
 
     def run(self) -> Any:
+        from tiresias_launch import keras_data
+
         resume_call = self.job.resume_call
         if resume_call is not None and self.call < resume_call:
             return self._replay(self.job.finished[self.call])
@@ -347,6 +351,7 @@ class _PreemptibleFit:
     def _prepare(self, resumed: bool) -> None:
         """Join the gang, build the model if Keras would only build it in the first step,
         and restore (first call of the process) or adopt (later calls) the checkpointer."""
+        from tiresias_launch import keras_data
         from tiresias_launch.tensorflow import join_gang
 
         join_gang(self.rt, getattr(self.model, "distribute_strategy", None))
@@ -387,6 +392,8 @@ class _PreemptibleFit:
             self.job.step = restored.manifest.step
 
     def _extra_state(self) -> dict[str, Any]:
+        from tiresias_launch import keras_data
+
         return {
             "callbacks": self.callbacks.state() if self.callbacks else {},
             "metrics": [v.numpy() for v in keras_data.metric_variables(self.model)],
@@ -415,6 +422,8 @@ class _PreemptibleFit:
     def epoch_begins(self, epoch: int, batch: int) -> None:
         """After Keras reset the metrics: a partly done epoch gets its totals back, so its
         logs and History average over all of its batches."""
+        from tiresias_launch import keras_data
+
         self.epoch, self.batch = epoch, batch
         if self.source is not None:
             self.source.epoch_begins(epoch)

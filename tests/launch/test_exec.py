@@ -150,3 +150,21 @@ def test_a_signal_before_anything_checkpointable_started_has_its_default_effect(
     out = proc.stdout.read() if proc.stdout else ""
     assert "cannot be checkpointed" not in out
     assert "tiresias: SIGTERM before anything checkpointable started" in out, out
+
+
+def test_the_wrapper_imports_no_framework_before_the_script_does(tmp_path: Path) -> None:
+    """Every job starts through exec: a PyTorch job or a fake one must not pay for a
+    TensorFlow import (seconds, more on a loaded node) before its first line runs."""
+    script = tmp_path / "plain.py"
+    script.write_text(
+        "import sys\nprint(sorted({'tensorflow', 'keras', 'torch'} & set(sys.modules)))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "tiresias_launch.exec", str(script)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "TIRESIAS_CHECKPOINT_DIR": str(tmp_path)},
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[-1] == "[]"
