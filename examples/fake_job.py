@@ -44,6 +44,13 @@ def main() -> int:
     )
     ap.add_argument("--fail-at", type=int, default=None, help="exit 3 at this step")
     ap.add_argument(
+        "--hold-at",
+        type=int,
+        default=None,
+        help="after this many steps, wait for the preemption signal (unless resumed past it), "
+        "so a demo or test preempts it there however fast the machine is",
+    )
+    ap.add_argument(
         "--ignore-signal",
         action="store_true",
         help="ignore the preemption signal (to test the grace-period kill)",
@@ -80,8 +87,13 @@ def main() -> int:
             tmp.write_text(str(step))
             tmp.rename(ckpt)
 
+    hold = args.hold_at if args.hold_at is not None and step < args.hold_at else None
     try:
         while step < args.steps:
+            if step == hold:
+                print(f"holding at step {step}", flush=True)
+                while not stop:
+                    time.sleep(0.05)  # the handler sets it
             if stop:
                 save()
                 print(f"checkpointed at step {step}", flush=True)

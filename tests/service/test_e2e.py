@@ -23,8 +23,9 @@ def test_short_jobs_preempt_a_long_one_which_resumes(cluster: Cluster) -> None:
     cluster.start_agent("b", gpus=1)
     cluster.wait_nodes("a", "b")
 
-    long_job = cluster.submit("--steps", "50", "--step-time", "0.1", workers=2)
-    # demoted below Q1 once it has 2 GPU-seconds (1 s on 2 GPUs)
+    # it holds at step 10 until preempted, so neither a slow start nor a fast finish races
+    # the short jobs; demoted below Q1 once it has 2 GPU-seconds (1 s on 2 GPUs)
+    long_job = cluster.submit("--steps", "50", "--step-time", "0.1", "--hold-at", "10", workers=2)
     wait_until(lambda: cluster.job(long_job)["queue"] == 1, 20, "the long job's demotion")
     assert cluster.job(long_job)["placement"] == {"a": [0], "b": [0]}
     shorts = [cluster.submit("--steps", "4", "--step-time", "0.05") for _ in range(3)]
@@ -40,7 +41,7 @@ def test_short_jobs_preempt_a_long_one_which_resumes(cluster: Cluster) -> None:
     files = cluster.client.request("logs", job_id=long_job, limit=1 << 18)["files"]
     chief = next(v["data"] for k, v in files.items() if k.endswith("chief-0.log"))
     saved, started = resume_points(chief)
-    assert saved, chief
+    assert saved == [10], chief
     assert started == [0, *saved], f"resumed at {started} after checkpoints at {saved}"
     assert chief.count("done after 50 steps") == 1
     assert set(files) == {"a/chief-0.log", "b/worker-1.log"}
