@@ -355,11 +355,11 @@ def validate(msg: Any) -> dict[str, Any]:
         raise ProtocolError(f"{t}: requests need an integer 'id'")
     check_fields(t, msg, SCHEMAS[t])
     for name in ("job_id", "job_key"):  # agents make paths of them
-        value = msg.get(name)
-        if value is not None and not _SAFE_NAME.fullmatch(value):
+        value = msg.get(name)  # a field some types do not declare, so of any type here
+        if value is not None and not (isinstance(value, str) and _SAFE_NAME.fullmatch(value)):
             raise ProtocolError(
                 f"{t}: '{name}' must be 1 to 128 letters, digits, '.', '_' or '-' "
-                f"(not starting with '.' or '-'), got {value[:40]!r}"
+                f"(not starting with '.' or '-'), got {repr(value)[:40]}"
             )
     _check_nested(t, msg)
     return msg

@@ -728,6 +728,10 @@ class Coordinator:
         except protocol.ProtocolError as e:
             self._refuse(rid, protocol.request_id(frame), str(e))
             return
+        except Exception as e:  # a validation bug must not kill the service either
+            log.exception("a message could not be checked")
+            self._refuse(rid, protocol.request_id(frame), f"internal error checking it: {e}")
+            return
         t = msg["type"]
         handler = getattr(self, f"_on_{t}", None)
         if handler is None:

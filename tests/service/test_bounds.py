@@ -54,6 +54,9 @@ def _report(**fields: Any) -> bytes:
         (_msg("advance", seconds=math.nan), "'seconds' must be a finite number"),
         (_msg("status", job_id="../../etc"), "'job_id' must be 1 to 128 letters"),
         (_msg("fetch_logs", job_id="j1", job_key="x" * 300, req=1, offsets={}, limit=1), "128"),
+        # found by the fuzz run: a name field a type does not declare, of another type
+        (_msg("queue", job_key={"a": 1}), "'job_key' must be 1 to 128 letters"),
+        (_msg("nodes", job_id=7), "'job_id' must be 1 to 128 letters"),
         (
             msgpack.packb({"type": "queue", "v": 1.0, "id": 1}),
             "protocol version 1.0 not supported",
@@ -122,6 +125,26 @@ def test_multipart_message_gets_an_error_reply(coord: Coordinator) -> None:
         assert "a message is one frame; got 2" in reply["error"]
     finally:
         sock.close()
+
+
+def test_a_message_that_breaks_validation_is_refused_and_the_coordinator_serves_on(
+    coord: Coordinator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A bug in checking one message (the fuzz run found one) answers that message with an
+    error instead of ending the coordinator's thread."""
+    checked = protocol.decode
+
+    def broken(frame: bytes) -> dict[str, Any]:
+        msg = checked(frame)
+        if msg["type"] == "nodes":
+            raise TypeError("a checker bug")
+        return msg
+
+    monkeypatch.setattr(protocol, "decode", broken)
+    with Client(coord.address, timeout=5) as client:
+        with pytest.raises(RequestError, match="internal error checking it: a checker bug"):
+            client.request("nodes")
+        assert client.request("queue")["jobs"] == []
 
 
 def test_a_failing_exit_is_applied_all_or_nothing(
