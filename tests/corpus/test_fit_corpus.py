@@ -3,10 +3,10 @@ Tiresias import), each preempted under ``tiresias-run`` at a step drawn from a s
 generator and compared with an uninterrupted run of the same script under ``tiresias-run``.
 
 ``TIRESIAS_HOLD_AT_STEP`` makes the job hold at the drawn step until it is preempted, so
-nothing races: the preemption is either a SIGTERM sent to the job's processes while they
-hold, or the policy's (the job is demoted to Q2 while it holds and a short competitor lands
-in Q1). Each script uses one of the two (they alternate through the corpus; the launcher
-sees the same signal either way), which keeps the corpus to three job starts per script.
+nothing races. Every script is preempted both ways, each at its own drawn step: by a SIGTERM
+sent to the job's processes while they hold, and by the policy (the job is demoted to Q2
+while it holds and a short competitor lands in Q1). One uninterrupted reference run per
+script serves both.
 
 Asserted against the reference run, from what the script itself writes: final weights
 (bit-identical: the scripts seed everything and the CPU ops are deterministic), History,
@@ -50,7 +50,6 @@ LEGACY = {"TF_USE_LEGACY_KERAS": "1"}
 @dataclass(frozen=True)
 class Case:
     script: str
-    preempted_by: str  # "sigterm" or "policy"
     gang: tuple[str, ...] = ()
     env: tuple[tuple[str, str], ...] = ()
     files: tuple[str, ...] = ()  # other outputs that must be equal (suffixes of RESULTS)
@@ -63,21 +62,20 @@ class Case:
 
 
 CASES = [
-    Case("unbuilt_sequential", "sigterm"),
-    Case("functional_class_weight", "policy"),
-    Case("subclassed_sample_weight", "sigterm"),
-    Case("tfdata_repeat", "policy"),
-    Case("generator_pydataset", "sigterm"),
-    Case("fit_loop", "policy"),
-    Case("stock_callbacks", "sigterm", files=(".csv",)),
-    Case("mwms_fit", "policy", ("--workers", "2"), tuple(LEGACY.items()), history_rel=1e-6),
+    Case("unbuilt_sequential"),
+    Case("functional_class_weight"),
+    Case("subclassed_sample_weight"),
+    Case("tfdata_repeat"),
+    Case("generator_pydataset"),
+    Case("fit_loop"),
+    Case("stock_callbacks", files=(".csv",)),
+    Case("mwms_fit", ("--workers", "2"), tuple(LEGACY.items()), history_rel=1e-6),
     Case(
         "legacy_reshuffle",
-        "policy",
         env=tuple(LEGACY.items()),
         fallback="a finite reshuffling dataset under tf_keras draws new shuffle seeds",
     ),
-    Case("horovod_fit", "sigterm", ("--horovod", "--workers", "2"), tuple(LEGACY.items())),
+    Case("horovod_fit", ("--horovod", "--workers", "2"), tuple(LEGACY.items())),
 ]
 
 
@@ -156,18 +154,20 @@ def outputs(workdir: Path, case: Case) -> dict[str, object]:
     return found
 
 
+@pytest.mark.parametrize("preempted_by", ["sigterm", "policy"])
 @pytest.mark.parametrize("case", CASES, ids=[c.script for c in CASES])
 def test_fit_script_resumes_as_if_never_preempted(
-    case: Case, tmp_path: Path, tmp_path_factory: pytest.TempPathFactory
+    case: Case, preempted_by: str, tmp_path: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> None:
     if case.script == "horovod_fit" and importlib.util.find_spec("horovod") is None:
         pytest.skip("needs Horovod")
     expected = outputs(reference(case, tmp_path_factory.getbasetemp()), case)
     total = len(expected["batches"])
     processes = 2 if case.gang else 1
-    run = run_script(case, tmp_path / "preempted", preemption_step(case.script, total))
+    hold = preemption_step(f"{case.script}-{preempted_by}", total)
+    run = run_script(case, tmp_path / "preempted", hold)
     try:
-        if case.preempted_by == "sigterm":
+        if preempted_by == "sigterm":
             preempt_by_sigterm(run, processes)
         else:
             preempt_with_a_short_job(run)
