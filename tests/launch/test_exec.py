@@ -54,24 +54,30 @@ while True:
 """
 
 
-def test_nothing_checkpointable_is_said_and_sigterm_keeps_its_default(tmp_path: Path) -> None:
-    """SIGTERM stops it as it stops a plain run (it used to be swallowed until SIGKILL)."""
-    script, ready = tmp_path / "loop.py", tmp_path / "ready"
-    script.write_text(PLAIN_LOOP)
+def killed_by_sigterm_once_ready(script: Path, ready: Path, cwd: Path) -> str:
+    """Run ``script ready`` through exec outside any job, SIGTERM it once it has touched
+    ``ready``, check that the signal's default action ended it, and return its output."""
     proc = subprocess.Popen(
         [sys.executable, "-m", "tiresias_launch.exec", str(script), str(ready)],
-        cwd=tmp_path,
+        cwd=cwd,
         stdout=subprocess.PIPE,
         text=True,
         env={k: v for k, v in os.environ.items() if not k.startswith("TIRESIAS_")},
     )
     try:
-        wait_until(ready.exists, 30, "the loop to run")
+        wait_until(ready.exists, 30, "the script to run")
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(10) == -signal.SIGTERM
     finally:
         proc.kill()
-    out = proc.stdout.read() if proc.stdout else ""
+    return proc.stdout.read() if proc.stdout else ""
+
+
+def test_nothing_checkpointable_is_said_and_sigterm_keeps_its_default(tmp_path: Path) -> None:
+    """SIGTERM stops it as it stops a plain run (it used to be swallowed until SIGKILL)."""
+    script, ready = tmp_path / "loop.py", tmp_path / "ready"
+    script.write_text(PLAIN_LOOP)
+    out = killed_by_sigterm_once_ready(script, ready, tmp_path)
     assert out.count("tiresias: this job cannot be checkpointed: loop.py uses no") == 1, out
 
 
@@ -134,20 +140,7 @@ def test_a_signal_before_anything_checkpointable_started_has_its_default_effect(
         "    time.sleep(0.01)\n"
         "state = tiresias.State(model=model)  # never reached\n"
     )
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "tiresias_launch.exec", str(script), str(ready)],
-        cwd=tmp_path,
-        stdout=subprocess.PIPE,
-        text=True,
-        env={k: v for k, v in os.environ.items() if not k.startswith("TIRESIAS_")},
-    )
-    try:
-        wait_until(ready.exists, 30, "the script to run")
-        proc.send_signal(signal.SIGTERM)
-        assert proc.wait(10) == -signal.SIGTERM
-    finally:
-        proc.kill()
-    out = proc.stdout.read() if proc.stdout else ""
+    out = killed_by_sigterm_once_ready(script, ready, tmp_path)
     assert "cannot be checkpointed" not in out
     assert "tiresias: SIGTERM before anything checkpointable started" in out, out
 
