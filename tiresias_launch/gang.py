@@ -186,15 +186,13 @@ def _tf_config(cluster: Mapping[str, list[str]], task_type: str, index: int) -> 
     return json.dumps({"cluster": cluster, "task": {"type": task_type, "index": index}})
 
 
-def _local_ranks(slots: list[tuple[str, int]]) -> tuple[list[str], list[int]]:
-    """The nodes in rank order of first appearance, and each rank's index on its node."""
-    nodes = list(dict.fromkeys(node for node, _ in slots))
-    seen: dict[str, int] = {}
-    local = []
-    for node, _ in slots:
-        local.append(seen.get(node, 0))
-        seen[node] = local[-1] + 1
-    return nodes, local
+def _node_layout(slots: list[tuple[str, int]]) -> dict[str, list[int]]:
+    """Each node's GPUs of the gang in rank order; nodes in the order their first rank has
+    (a rank's local rank is its GPU's index in its node's list)."""
+    per_node: dict[str, list[int]] = {}
+    for node, gpu in slots:
+        per_node.setdefault(node, []).append(gpu)
+    return per_node
 
 
 def _torchrun(
@@ -206,8 +204,8 @@ def _torchrun(
 ) -> list[dict[str, str]]:
     """What ``torchrun`` gives each rank, so ``init_process_group()`` with its defaults
     works: rank 0's node hosts the store (MASTER_ADDR, MASTER_PORT)."""
-    nodes, local = _local_ranks(slots)
-    per_node = {n: sum(1 for m, _ in slots if m == n) for n in nodes}
+    per_node = _node_layout(slots)
+    nodes = list(per_node)
     master = slots[0][0]
     common = {
         "WORLD_SIZE": str(len(slots)),
@@ -224,11 +222,11 @@ def _torchrun(
             **common,
             "RANK": str(rank),
             "ROLE_RANK": str(rank),
-            "LOCAL_RANK": str(local[rank]),
-            "LOCAL_WORLD_SIZE": str(per_node[node]),
+            "LOCAL_RANK": str(per_node[node].index(gpu)),
+            "LOCAL_WORLD_SIZE": str(len(per_node[node])),
             "GROUP_RANK": str(nodes.index(node)),
         }
-        for rank, (node, _) in enumerate(slots)
+        for rank, (node, gpu) in enumerate(slots)
     ]
 
 
@@ -247,8 +245,8 @@ def _horovod(
     Rank 0's ``tiresias_launch.exec`` hosts the Gloo HTTP rendezvous on the planned port (it
     reads the host layout from TIRESIAS_HOROVOD_HOSTS), so no extra process is needed.
     """
-    nodes = list(dict.fromkeys(node for node, _ in slots))
-    per_node = {n: [g for m, g in slots if m == n] for n in nodes}
+    per_node = _node_layout(slots)
+    nodes = list(per_node)
     rendezvous_node = slots[0][0]
     common = {
         "HOROVOD_GLOO_RENDEZVOUS_ADDR": hosts.get(rendezvous_node, rendezvous_node),
