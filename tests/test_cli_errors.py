@@ -12,7 +12,7 @@ import pytest
 from coordinator.cli import main as tiresias
 from coordinator.service import keys
 from coordinator.service.agent import main as agent
-from coordinator.service.coordinator import main as coordinator
+from coordinator.service.cli import main as coordinator
 from coordinator.sim.cli import main as sim
 from tiresias_launch.run import main as run
 

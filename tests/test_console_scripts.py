@@ -82,7 +82,7 @@ def test_configuration_reference_matches_the_parsers() -> None:
 def test_tiresias_help_is_whole_and_policies_come_from_the_core() -> None:
     from coordinator.cli import parser as cli_parser
     from coordinator.core.policies import POLICY_NAMES
-    from coordinator.service.coordinator import parser as coordinator_parser
+    from coordinator.service.cli import parser as coordinator_parser
 
     assert "and make CURVE keys." in " ".join(cli_parser().format_help().split())
     text = " ".join(coordinator_parser().format_help().split())

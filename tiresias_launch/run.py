@@ -36,8 +36,9 @@ from coordinator.core.config import DEFAULT_QUEUE_THRESHOLDS, thresholds_text
 from coordinator.core.model import CoreError
 from coordinator.core.policies import POLICY_NAMES
 from coordinator.service.agent import MAX_VIRTUAL_GPUS, Agent, discover_gpus, nvml_gpus
+from coordinator.service.cli import comma_floats
 from coordinator.service.client import Client, RequestError, client_keys
-from coordinator.service.coordinator import Coordinator, Options, comma_floats
+from coordinator.service.coordinator import Coordinator, Options
 from coordinator.service.views import run_events
 
 

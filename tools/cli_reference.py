@@ -22,7 +22,7 @@ DOC = REPO / "docs" / "configuration.md"
 
 #: Console script → the function building its parser (``[project.scripts]`` names the mains).
 PARSERS = {
-    "tiresias-coordinator": "coordinator.service.coordinator:parser",
+    "tiresias-coordinator": "coordinator.service.cli:parser",
     "tiresias-agent": "coordinator.service.agent:parser",
     "tiresias": "coordinator.cli:parser",
     "tiresias-run": "tiresias_launch.run:parser",

@@ -68,7 +68,7 @@ class Cluster:
                 *(prefix or []),
                 sys.executable,
                 "-m",
-                "coordinator.service.coordinator",
+                "coordinator.service.cli",
                 "--bind",
                 self.address,
                 "--state",

@@ -135,7 +135,7 @@ def test_tcp_without_curve_is_refused(tmp_path: Path) -> None:
         [
             sys.executable,
             "-m",
-            "coordinator.service.coordinator",
+            "coordinator.service.cli",
             "--bind",
             "tcp://127.0.0.1:5599",
             "--state",

@@ -43,7 +43,7 @@ def test_a_state_without_history_takes_the_next_starts_options(tmp_path: Path) -
 
 def test_refused_command_line_then_a_good_start(tmp_path: Path) -> None:
     state = tmp_path / "state"
-    base = [sys.executable, "-m", "coordinator.service.coordinator", "--state", str(state)]
+    base = [sys.executable, "-m", "coordinator.service.cli", "--state", str(state)]
     bad = subprocess.run([*base, "--policy", "foo"], capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and "foo" in bad.stderr and "Traceback" not in bad.stderr
     assert not state.exists()
@@ -60,7 +60,7 @@ def test_refused_command_line_then_a_good_start(tmp_path: Path) -> None:
 
 
 def test_taken_ports_and_missing_keys_are_one_line_errors(tmp_path: Path) -> None:
-    base = [sys.executable, "-m", "coordinator.service.coordinator", "--state", str(tmp_path)]
+    base = [sys.executable, "-m", "coordinator.service.cli", "--state", str(tmp_path)]
     keys = generate(tmp_path / "keys")
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))

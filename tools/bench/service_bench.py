@@ -90,7 +90,7 @@ def bench_messages(senders: int, messages: int) -> dict[str, float]:
             [
                 sys.executable,
                 "-m",
-                "coordinator.service.coordinator",
+                "coordinator.service.cli",
                 "--bind",
                 address,
                 "--state",
