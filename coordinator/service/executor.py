@@ -1,0 +1,135 @@
+"""The executor interface: the seam between the run lifecycle and the machines.
+
+The run lifecycle (``runs.RunBook``) decides *what* runs where; an executor makes it so on
+real machines and tells the coordinator what happened there. Commands flow down as method
+calls, always after the journal transaction that decided them has committed (so a crash can
+lose a command, reconciled later, but never send one twice). Facts flow up as typed events
+(``NodeUp``, ``NodeLost``, ``PartExited``, ``LogData``): an executor that learns them from
+messages (the agent fleet, ``agents.py``) hands them to the coordinator as they arrive; one
+that must ask (Slurm's ``squeue``/``sacct``) returns them from ``poll``.
+
+A *gang* is one start (``restart``) of one job on one allocation, planned per node; a *part*
+is one node's share of it. Parts are named by ``(job_id, restart, node)`` everywhere, so a
+command or event about an older start of the same job is recognisably stale.
+
+Reconcile after a coordinator restart needs no call of its own: the coordinator's journal
+says which parts it expects; an executor reports each node it (re)discovers as ``NodeUp``
+with the parts really running there, and the run book kills the unexpected ones and loses
+the missing ones.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+
+@dataclass(frozen=True)
+class ProcessLaunch:
+    """One process of a gang, fully planned: what to run, with which GPUs of its node."""
+
+    role: str  # chief, worker, ps, or rank for Horovod/torchrun
+    task_index: int
+    argv: tuple[str, ...]
+    env: Mapping[str, str]
+    gpus: tuple[int, ...]  # the node's GPU indices (CUDA_VISIBLE_DEVICES)
+    cwd: str | None = None
+
+
+@dataclass(frozen=True)
+class Gang:
+    """One start of a job on an allocation: every node's processes, started together."""
+
+    job_id: str
+    job_key: str  # unique across state directories: names checkpoint and log directories
+    restart: int
+    owner: str  # the user the processes run as
+    grace: float  # seconds between the preemption signal and SIGKILL
+    parts: Mapping[str, Sequence[ProcessLaunch]]  # node → its processes
+
+
+@dataclass(frozen=True)
+class NodeInfo:
+    """One machine as the executor knows it (``tiresias nodes``)."""
+
+    name: str
+    host: str  # where the job's servers on this node are reached (TF/Horovod addresses)
+    gpus: Sequence[Mapping[str, Any]]  # one map per GPU: at least ``index``
+    connected: bool  # whether commands reach it now
+    silent_for: float | None = None  # seconds since it was last heard of
+
+
+@dataclass(frozen=True)
+class NodeUp:
+    """A node (re)joined with these GPUs, running these parts (job id → restart): the
+    inventory change and the reconcile after either side restarted, in one event."""
+
+    node: str
+    host: str
+    gpus: Sequence[Mapping[str, Any]]
+    running: Mapping[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class NodeLost:
+    """A node is gone (silent past its heartbeat timeout, or drained): its parts are lost."""
+
+    node: str
+    why: str
+
+
+@dataclass(frozen=True)
+class PartExited:
+    """Every process of one part has exited (``processes``: role, task_index, code, and
+    optionally log_tail, of each)."""
+
+    job_id: str
+    restart: int
+    node: str
+    outcome: str  # one of protocol.PART_OUTCOMES (``lost`` is the coordinator's own verdict)
+    processes: Sequence[Mapping[str, Any]] = ()
+
+
+@dataclass(frozen=True)
+class LogData:
+    """One node's answer to ``fetch_logs``: file name → {data, offset, …}."""
+
+    req: int
+    node: str
+    files: Mapping[str, Any]
+
+
+ExecutorEvent = NodeUp | NodeLost | PartExited | LogData
+
+
+class Executor(Protocol):
+    """What the coordinator needs from the machines. Commands are fire-and-forget: their
+    effects come back as events, and a command for a node that cannot be reached is dropped
+    (the node's next ``NodeUp`` reconciles it)."""
+
+    def launch(self, gang: Gang) -> None:
+        """Start every part of ``gang`` (each node's processes together)."""
+
+    def signal(
+        self, job_id: str, restart: int, nodes: Sequence[str], signal: str, grace: float
+    ) -> None:
+        """Preempt: send ``signal`` to the parts on ``nodes`` so they checkpoint and exit;
+        SIGKILL what is left after ``grace`` seconds."""
+
+    def kill(self, job_id: str, restart: int, nodes: Sequence[str], grace: float = 0.0) -> None:
+        """Stop the parts on ``nodes`` now (``grace``: a moment to finish on their own
+        first, e.g. peers of a completed chief)."""
+
+    def nodes(self) -> Mapping[str, NodeInfo]:
+        """The inventory: every node known now, by name."""
+
+    def fetch_logs(
+        self, req: int, job_id: str, job_key: str, node: str, offsets: Mapping[str, int], limit: int
+    ) -> bool:
+        """Ask ``node`` for the job's log files after ``offsets`` (at most ``limit`` bytes);
+        the answer comes back as ``LogData(req, …)``. False: this node cannot answer."""
+
+    def poll(self, mono: float) -> list[ExecutorEvent]:
+        """Events found by looking (``mono``: the loop's monotonic clock), e.g. nodes silent
+        too long; called on every turn of the loop, so it must be cheap."""
