@@ -21,6 +21,8 @@ CONTRACT (used by coordinator/service and coordinator/sim; extend, don't change)
     Added since: sched.capacity (GPUs up) ; sched.free_gpus() -> {node: (free indices)} ;
     sched.running() -> list[Job] ; sched.policy.key(job, now) (rank of any active job) ;
     sched.update_costs(job_id, checkpoint_s, restore_s) (measured or modelled seconds).
+    sched.nodes() -> {name: Node} (up) ; sched.guards() -> {job: end of its minimum run}
+    (read by coordinator.core.explain).
 
 Semantics:
 - ``Start`` marks the job RUNNING at ``now`` and takes its GPUs. ``Preempt`` marks it
@@ -164,6 +166,14 @@ class Scheduler:
     def free_gpus(self) -> dict[str, tuple[int, ...]]:
         """Free GPU indices per node that is up (a copy)."""
         return {n: tuple(g) for n, g in self._up.items()}
+
+    def nodes(self) -> dict[str, Node]:
+        """The nodes that are up, as last described."""
+        return {n: self._nodes[n] for n in self._up}
+
+    def guards(self) -> dict[str, float]:
+        """Running job → end of its minimum run time (it may not be preempted before)."""
+        return dict(self._guarded)
 
     def _take(self, choice: dict[str, int]) -> Allocation:
         by_node = {}
