@@ -14,7 +14,10 @@ from typing import Any
 
 import msgpack
 
-VERSION = 1
+from tiresias_launch import contract
+from tiresias_launch.contract import REPORT_AMOUNTS, Field
+
+VERSION = contract.PROTOCOL_VERSION
 #: Largest message the protocol accepts; decode() refuses anything bigger with an error reply.
 MAX_MESSAGE_BYTES = 1 << 20
 #: What a job id or job key may be: it names files and directories on the agents.
@@ -34,8 +37,6 @@ class ProtocolError(ValueError):
         self.code = code
 
 
-# A field spec: (accepted python types, required). ``None`` in the types means nil is fine.
-Field = tuple[tuple[type | None, ...], bool]
 NUM = (int, float)
 OPT_STR: Field = ((str, None), False)
 REQ_STR: Field = ((str,), True)
@@ -90,23 +91,7 @@ SCHEMAS: dict[str, dict[str, Field]] = {
     },
     "log_data": {"node": REQ_STR, "req": REQ_INT, "files": ((dict,), True)},
     # job runtime → coordinator (fire and forget)
-    "report": {
-        "job_id": REQ_STR,
-        "role": OPT_STR,
-        "task_index": ((int, None), False),
-        "restart": ((int, None), False),
-        "step": ((int, None), False),
-        "iterations": ((int, None), False),
-        "iter_time": ((*NUM, None), False),
-        "gpu_time": ((*NUM, None), False),
-        "checkpoint": ((dict, None), False),
-        "warmup": ((dict, None), False),
-        "skew": ((*NUM, None), False),
-        "tensor_bytes": ((list, None), False),
-        "token": OPT_STR,  # TIRESIAS_JOB_TOKEN: proves a runtime on an anonymous connection
-        "checkpointable": ((bool, None), False),
-        "checkpointable_why": OPT_STR,
-    },
+    "report": contract.REPORT,
     # coordinator → agent (commands)
     "launch": {
         "job_id": REQ_STR,
@@ -154,8 +139,6 @@ REQUESTS = frozenset(
         "exited",
     }
 )
-#: Report fields that are counts or durations: finite and >= 0.
-REPORT_AMOUNTS = ("task_index", "restart", "step", "iterations", "iter_time", "gpu_time")
 #: Outcomes an agent may report for its part of a job.
 PART_OUTCOMES = ("completed", "checkpointed", "preempted", "failed", "killed")
 

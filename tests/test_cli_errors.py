@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 
 from coordinator.cli import main as tiresias
+from coordinator.run import main as run
 from coordinator.service import keys
 from coordinator.service.agent import main as agent
 from coordinator.service.cli import main as coordinator
 from coordinator.sim.cli import main as sim
-from tiresias_launch.run import main as run
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPT = str(REPO / "examples" / "fake_job.py")

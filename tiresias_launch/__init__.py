@@ -1,3 +1,5 @@
 """Runtime that lives inside every Tiresias job process (see docs/contracts.md)."""
 
-EXIT_CHECKPOINTED = 75  # "checkpointed for preemption, resume me" (EX_TEMPFAIL)
+from tiresias_launch.contract import EXIT_CHECKPOINTED
+
+__all__ = ["EXIT_CHECKPOINTED"]

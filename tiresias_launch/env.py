@@ -14,27 +14,27 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-COORDINATOR = "TIRESIAS_COORDINATOR"
-JOB_ID = "TIRESIAS_JOB_ID"
-JOB_KEY = "TIRESIAS_JOB_KEY"  # unique across coordinators: names checkpoints and logs
-ROLE = "TIRESIAS_ROLE"
-TASK_INDEX = "TIRESIAS_TASK_INDEX"
-NUM_WORKERS = "TIRESIAS_NUM_WORKERS"
-NUM_PS = "TIRESIAS_NUM_PS"
-MODE = "TIRESIAS_MODE"
-CHECKPOINT_DIR = "TIRESIAS_CHECKPOINT_DIR"
-RESTART_COUNT = "TIRESIAS_RESTART_COUNT"
-PREEMPT_SIGNAL = "TIRESIAS_PREEMPT_SIGNAL"
-GPUS = "TIRESIAS_GPUS"
-KEEP_CHECKPOINTS = "TIRESIAS_KEEP_CHECKPOINTS"
-HOROVOD_HOSTS = "TIRESIAS_HOROVOD_HOSTS"
-#: Deterministic preemption for tests and demos: hold at this step until preempted.
-HOLD_AT_STEP = "TIRESIAS_HOLD_AT_STEP"
-JOB_TOKEN = "TIRESIAS_JOB_TOKEN"  # the job's secret; reports carry it (docs/security.md)
-SERVER_KEY = "TIRESIAS_SERVER_KEY"  # the coordinator's CURVE public key (Z85), over tcp://
+from tiresias_launch.contract import (
+    CHECKPOINT_DIR,
+    COORDINATOR,
+    GPUS,
+    HOLD_AT_STEP,
+    JOB_ID,
+    JOB_KEY,
+    JOB_TOKEN,
+    KEEP_CHECKPOINTS,
+    MODE,
+    MODES,
+    NUM_PS,
+    NUM_WORKERS,
+    PREEMPT_SIGNAL,
+    RESTART_COUNT,
+    ROLE,
+    ROLES,
+    SERVER_KEY,
+    TASK_INDEX,
+)
 
-ROLES = ("chief", "worker", "ps")
-MODES = ("single", "ps", "allreduce", "horovod")
 #: Signals that always mean "preempt", whatever TIRESIAS_PREEMPT_SIGNAL names.
 ALWAYS_HONOURED = (signal.SIGUSR1, signal.SIGUSR2)
 

@@ -14,9 +14,7 @@ import socket
 import threading
 import time
 
-from tiresias_launch import env as E
-
-RENDEZVOUS_WAIT_SECONDS = 300.0
+from tiresias_launch.contract import HOROVOD_HOSTS, RENDEZVOUS_WAIT_SECONDS
 
 
 def host_rendezvous() -> object:
@@ -25,7 +23,7 @@ def host_rendezvous() -> object:
     from horovod.runner.http.http_server import RendezvousHandler, RendezvousHTTPServer
 
     size = int(os.environ["HOROVOD_SIZE"])
-    plan = get_host_assignments(parse_hosts(os.environ[E.HOROVOD_HOSTS]), size)
+    plan = get_host_assignments(parse_hosts(os.environ[HOROVOD_HOSTS]), size)
     port = int(os.environ["HOROVOD_GLOO_RENDEZVOUS_PORT"])
     server = RendezvousHTTPServer(("", port), RendezvousHandler, 0)
     server.init(plan)

@@ -31,6 +31,7 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from tiresias_launch.checkpoint import Checkpoint, CheckpointError
+from tiresias_launch.keras_flavours import TARGETS, Flavour
 from tiresias_launch.runtime import Runtime, get_runtime
 
 if TYPE_CHECKING:  # it imports TensorFlow: only once a Keras fit runs
@@ -39,54 +40,6 @@ if TYPE_CHECKING:  # it imports TensorFlow: only once a Keras fit runs
 log = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True)
-class Flavour:
-    """Where one Keras flavour keeps what the patched ``fit`` uses."""
-
-    callbacks: str  # module with Callback, CallbackList and History
-    dataset_base: str  # "module:Class" of PyDataset (Keras 3) or Sequence (tf_keras)
-    split: str  # "module:function" taking the validation split the way fit does
-    floatx: str  # "module:function" giving the float type fit converts arrays to
-    verbosity: Callable[[Any, Any], Any]  # (verbose, model) → what fit passes on
-    #: Iterators fit creates of a finite tf.data dataset: (once per fit call, per epoch);
-    #: each draws new shuffle seeds, so a resume must create as many first.
-    dataset_iterators: tuple[int, int]
-    #: fit can start an epoch at a batch (tf_keras: the hook BackupAndRestore uses), so a
-    #: stream (infinite dataset) resumes in one fit over one iterator.
-    starts_mid_epoch: bool
-
-    def load(self, spec: str) -> Any:
-        module, name = spec.split(":")
-        return getattr(importlib.import_module(module), name)
-
-
-def _tf_keras_verbosity(verbose: Any, model: Any) -> Any:
-    from tf_keras.src.engine.training import _get_verbosity
-
-    return _get_verbosity(verbose, model.distribute_strategy)
-
-
-#: Module that defines ``Model`` → its flavour.
-TARGETS = {
-    "keras.src.models.model": Flavour(
-        "keras.src.callbacks",
-        "keras.src.trainers.data_adapters.py_dataset_adapter:PyDataset",
-        "keras.src.trainers.data_adapters.array_slicing:train_validation_split",
-        "keras.src.backend:floatx",
-        lambda verbose, model: verbose,  # Keras 3's ProgbarLogger resolves "auto" itself
-        (0, 2),  # the epoch's, and one made for the next epoch and never used
-        False,
-    ),
-    "tf_keras.src.engine.training": Flavour(
-        "tf_keras.src.callbacks",
-        "tf_keras.src.utils.data_utils:Sequence",
-        "tf_keras.src.engine.data_adapter:train_validation_split",
-        "tf_keras.src.backend:floatx",
-        _tf_keras_verbosity,
-        (1, 1),  # one made before the first epoch and never used, then the epoch's
-        True,
-    ),
-}
 _PATCHED = "__tiresias_patched__"
 
 #: Stock callbacks whose state must survive a preemption: class name → attributes.

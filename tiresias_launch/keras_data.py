@@ -25,7 +25,7 @@ import numpy as np
 import tensorflow as tf
 
 if TYPE_CHECKING:
-    from tiresias_launch.keras import Flavour
+    from tiresias_launch.keras_flavours import Flavour
 
 
 class Source:

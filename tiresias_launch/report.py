@@ -19,9 +19,9 @@ from typing import Any
 import msgpack
 import zmq
 
+from tiresias_launch.contract import PROTOCOL_VERSION
 from tiresias_launch.env import LaunchEnv
 
-PROTOCOL_VERSION = 1
 #: How long the last report may wait for an unreachable coordinator (delays the exit).
 FINAL_PATIENCE = 0.25
 log = logging.getLogger(__name__)

@@ -20,9 +20,9 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
-from tiresias_launch import EXIT_CHECKPOINTED
 from tiresias_launch import env as E
 from tiresias_launch.checkpoint import Checkpoint, CheckpointStore
+from tiresias_launch.contract import EXIT_CHECKPOINTED
 from tiresias_launch.report import Reporter, checkpoint_line, resume_line
 from tiresias_launch.signals import PreemptFlag
 

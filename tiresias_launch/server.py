@@ -14,7 +14,7 @@ import socket
 import sys
 import time
 
-from tiresias_launch import EXIT_CHECKPOINTED
+from tiresias_launch.contract import EXIT_CHECKPOINTED
 from tiresias_launch.env import EnvError
 from tiresias_launch.runtime import get_runtime
 

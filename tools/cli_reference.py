@@ -25,7 +25,7 @@ PARSERS = {
     "tiresias-coordinator": "coordinator.service.cli:parser",
     "tiresias-agent": "coordinator.service.agent:parser",
     "tiresias": "coordinator.cli:parser",
-    "tiresias-run": "tiresias_launch.run:parser",
+    "tiresias-run": "coordinator.run:parser",
     "tiresias-sim": "coordinator.sim.cli:build_parser",
     "ibverbs-tap": "ibverbs_tap.cli:_parser",
 }

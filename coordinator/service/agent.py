@@ -34,8 +34,7 @@ from coordinator.service.client import ADDRESS_ENV as COORDINATOR_ENV
 from coordinator.service.client import client_keys, dealer, default_address
 from coordinator.service.identity import user_name
 from coordinator.service.keys import KEYS_ENV, ClientKeys
-from tiresias_launch import EXIT_CHECKPOINTED
-from tiresias_launch.env import CHECKPOINT_DIR, SERVER_KEY
+from tiresias_launch.contract import CHECKPOINT_DIR, EXIT_CHECKPOINTED, SERVER_KEY
 
 log = logging.getLogger("tiresias.agent")
 

@@ -15,10 +15,11 @@ import zmq
 
 from coordinator import protocol
 from coordinator.service.keys import KEYS_ENV, ClientKeys, user_dir
+from tiresias_launch import contract
 
 #: On one machine: a Unix socket, whose peers the coordinator knows by uid (docs/security.md).
 DEFAULT_ADDRESS = "ipc:///run/tiresias/coordinator.sock"
-ADDRESS_ENV = "TIRESIAS_COORDINATOR"
+ADDRESS_ENV = contract.COORDINATOR
 
 
 class RequestError(RuntimeError):

@@ -43,6 +43,7 @@ from coordinator.core.model import (
 from coordinator.core.packlimit import PACKED, SPREAD, PackLimit
 from coordinator.core.placement import DEFAULT_PACKLIMIT
 from coordinator.core.scheduler import Scheduler
+from coordinator.gang import GangRequest, free_local_port, plan
 from coordinator.service import identity, profiler
 from coordinator.service import keys as curve
 from coordinator.service.agent import SETTLE
@@ -56,9 +57,7 @@ from coordinator.service.core_adapter import (
 from coordinator.service.metrics import Metrics
 from coordinator.service.store import Store
 from coordinator.service.views import job_view, node_view
-from tiresias_launch import EXIT_CHECKPOINTED
-from tiresias_launch.env import JOB_TOKEN
-from tiresias_launch.gang import GangRequest, free_local_port, plan
+from tiresias_launch.contract import EXIT_CHECKPOINTED, JOB_TOKEN
 
 log = logging.getLogger("tiresias.coordinator")
 

@@ -117,7 +117,7 @@ def tiresias_run(tmp_path: Path) -> Iterator[Any]:
         with (tmp_path / f"{name}.out").open("wb") as out, err.open("wb") as errf:
             proc = subprocess.Popen(
                 [
-                    *(sys.executable, "-m", "tiresias_launch.run", "--bind", address),
+                    *(sys.executable, "-m", "coordinator.run", "--bind", address),
                     *("--state", str(state), "--grace", GRACE, "--thresholds", str(THRESHOLD)),
                     *job,
                 ],
@@ -168,7 +168,7 @@ def reference(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     results = tmp / "results.json"
     done = subprocess.run(
         [
-            *(sys.executable, "-m", "tiresias_launch.run", "--state", str(tmp / "state")),
+            *(sys.executable, "-m", "coordinator.run", "--state", str(tmp / "state")),
             *(str(SCRIPTS / "custom_loop_state.py"), str(results), str(STEPS)),
         ],
         capture_output=True,

@@ -95,7 +95,7 @@ def launch(
             [
                 sys.executable,
                 "-m",
-                "tiresias_launch.run",
+                "coordinator.run",
                 "--bind",
                 address,
                 "--state",

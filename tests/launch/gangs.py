@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from tiresias_launch.gang import GangRequest, ProcessSpec, free_local_port, plan
+from coordinator.gang import GangRequest, ProcessSpec, free_local_port, plan
 
 SCRIPTS = Path(__file__).parent / "scripts"
 QUIET_TF = {"TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONWARNINGS": "ignore"}

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from tiresias_launch.gang import GangRequest, plan
+from coordinator.gang import GangRequest, plan
 
 
 def _ports():

@@ -13,9 +13,9 @@ import pytest
 import zmq
 from helpers import wait_until
 
+from coordinator.gang import GangRequest
 from tiresias_launch import EXIT_CHECKPOINTED
 from tiresias_launch.checkpoint import CheckpointStore
-from tiresias_launch.gang import GangRequest
 
 from .gangs import SCRIPTS, read_steps, start
 

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from helpers import wait_until
 
+from coordinator.gang import GangRequest
 from tiresias_launch import EXIT_CHECKPOINTED
-from tiresias_launch.gang import GangRequest
 
 from .gangs import SCRIPTS, start
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from model_scripts import python, run, script_env, wait_for_line
 
-from tiresias_launch.gang import GangRequest, free_local_port, plan
+from coordinator.gang import GangRequest, free_local_port, plan
 
 
 def _horovod_import_error() -> str | None:

@@ -11,8 +11,8 @@ import pytest
 from helpers import REPO, wait_until
 from launch.gangs import start
 
+from coordinator.gang import GangRequest
 from tiresias_launch import EXIT_CHECKPOINTED
-from tiresias_launch.gang import GangRequest
 
 torch = pytest.importorskip("torch", reason="needs PyTorch (the [torch] extra)")
 pytestmark = pytest.mark.torch

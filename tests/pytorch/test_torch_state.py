@@ -12,9 +12,9 @@ import pytest
 from helpers import wait_until
 from launch.gangs import Gang, start
 
+from coordinator.gang import GangRequest
 from tiresias_launch import EXIT_CHECKPOINTED
 from tiresias_launch.checkpoint import PAUSE_HOOK, CheckpointStore
-from tiresias_launch.gang import GangRequest
 
 torch = pytest.importorskip("torch", reason="needs PyTorch (the [torch] extra)")
 pytestmark = pytest.mark.torch

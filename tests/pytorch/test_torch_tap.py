@@ -22,7 +22,7 @@ EXPECTED = 3 * 4 * (1 << 20)
 def test_gloo_allreduce_bytes_are_counted_per_peer(tmp_path: Path) -> None:
     dump = tmp_path / "dump.json"
     tap = [sys.executable, "-m", "ibverbs_tap.cli", "run", "--out", str(dump), "--"]
-    job = [sys.executable, "-m", "tiresias_launch.run", "--workers", "2", str(SCRIPT)]
+    job = [sys.executable, "-m", "coordinator.run", "--workers", "2", str(SCRIPT)]
     done = subprocess.run([*tap, *job], capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
     processes = json.loads(dump.read_text())["processes"]

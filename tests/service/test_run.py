@@ -12,7 +12,7 @@ from .conftest import FAKE_JOB, Cluster, wait_until
 
 def run(*args: str, cwd: Path) -> subprocess.Popen[str]:
     return subprocess.Popen(
-        [sys.executable, "-m", "tiresias_launch.run", *args],
+        [sys.executable, "-m", "coordinator.run", *args],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

@@ -226,7 +226,7 @@ def test_a_user_runs_tiresias_run_with_no_setup(other: pwd.struct_passwd) -> Non
                 "--init-groups",
                 sys.executable,
                 "-m",
-                "tiresias_launch.run",
+                "coordinator.run",
                 str(FAKE_JOB),
                 "--steps",
                 "2",

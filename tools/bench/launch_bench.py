@@ -136,9 +136,9 @@ def _renamed(directory: Path) -> bool:
 def preemption(
     width: int, runs: int, workers: int, horovod: bool, framework: str
 ) -> dict[str, object]:
+    from coordinator.gang import GangRequest, free_local_port, plan
     from tiresias_launch import EXIT_CHECKPOINTED
     from tiresias_launch.checkpoint import CheckpointStore
-    from tiresias_launch.gang import GangRequest, free_local_port, plan
 
     durable, exited, ckpt_bytes = [], [], 0
     with tempfile.TemporaryDirectory(prefix="tiresias-bench-") as tmp:

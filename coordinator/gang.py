@@ -15,8 +15,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tiresias_launch import env as E
-from tiresias_launch.gloo import RENDEZVOUS_WAIT_SECONDS
+from tiresias_launch import contract as C
+from tiresias_launch.contract import RENDEZVOUS_WAIT_SECONDS
 
 
 @dataclass(frozen=True)
@@ -100,17 +100,17 @@ def plan(
     hosts = hosts or {}
     job_key = job_key or job_id
     base = {
-        E.JOB_ID: job_id,
-        E.JOB_KEY: job_key,
-        E.MODE: request.mode,
-        E.NUM_WORKERS: str(request.workers),
-        E.NUM_PS: str(request.ps),
-        E.CHECKPOINT_DIR: str(Path(checkpoint_root) / job_key),
-        E.RESTART_COUNT: str(restart),
+        C.JOB_ID: job_id,
+        C.JOB_KEY: job_key,
+        C.MODE: request.mode,
+        C.NUM_WORKERS: str(request.workers),
+        C.NUM_PS: str(request.ps),
+        C.CHECKPOINT_DIR: str(Path(checkpoint_root) / job_key),
+        C.RESTART_COUNT: str(restart),
         "PYTHONUNBUFFERED": "1",
     }
     if coordinator:
-        base[E.COORDINATOR] = coordinator
+        base[C.COORDINATOR] = coordinator
     script = (python, "-m", "tiresias_launch.exec", *request.argv)
     server = (python, "-m", "tiresias_launch.server")
 
@@ -124,9 +124,9 @@ def plan(
     ) -> ProcessSpec:
         env = {
             **base,
-            E.ROLE: role,
-            E.TASK_INDEX: str(index),
-            E.GPUS: str(len(gpus)),
+            C.ROLE: role,
+            C.TASK_INDEX: str(index),
+            C.GPUS: str(len(gpus)),
             "CUDA_VISIBLE_DEVICES": ",".join(map(str, gpus)),
             **extra,
         }
@@ -257,7 +257,7 @@ def _horovod(
         # start 40 s apart abort with gloo::IoException (measured here).
         "HOROVOD_GLOO_TIMEOUT_SECONDS": str(int(RENDEZVOUS_WAIT_SECONDS)),
         "HOROVOD_SIZE": str(len(slots)),
-        E.HOROVOD_HOSTS: ",".join(f"{hosts.get(n, n)}:{len(per_node[n])}" for n in nodes),
+        C.HOROVOD_HOSTS: ",".join(f"{hosts.get(n, n)}:{len(per_node[n])}" for n in nodes),
     }
     torchrun = _torchrun(slots, hosts, ports, job_id, restart)
     specs = []
