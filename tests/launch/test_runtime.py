@@ -14,6 +14,7 @@ import zmq
 from helpers import wait_until
 
 from coordinator.protocol import validate
+from tiresias_launch import contract
 from tiresias_launch.env import parse
 from tiresias_launch.report import Reporter
 from tiresias_launch.runtime import MAX_AGREEMENT_INTERVAL, Agreement
@@ -102,7 +103,8 @@ def test_reports_are_batched_and_follow_the_contract(tmp_path: Path) -> None:
     finally:
         router.close(linger=0)
     assert validate(msg) == msg  # the coordinator's own schema accepts it
-    assert msg["type"] == "report" and msg["v"] == 1
+    assert set(msg) == {"type", "v", *contract.REPORT}  # every field the contract names, no more
+    assert msg["type"] == "report" and msg["v"] == contract.PROTOCOL_VERSION
     assert (msg["job_id"], msg["role"], msg["task_index"], msg["restart"]) == ("j9", "worker", 1, 2)
     assert (msg["step"], msg["iterations"], msg["iter_time"]) == (4, 4, 0.25)
     assert msg["warmup"] == {"build": 1.0, "restore": 0.5, "first_step": 0.3}
