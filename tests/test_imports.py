@@ -11,10 +11,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 PACKAGES = ("tiresias", "tiresias_launch", "coordinator", "ibverbs_tap", "models", "tools")
-#: Cycles being taken apart right now (issue 12: one ``build_scheduler(settings)`` in
-#: coordinator/core replaces core_adapter's, which imports ``Options`` back). Remove the
-#: entry with the cycle; nothing else may join it.
-BEING_REMOVED = [["coordinator.service.coordinator", "coordinator.service.core_adapter"]]
+#: Cycles being taken apart right now; remove the entry with the cycle. Nothing may join.
+BEING_REMOVED: list[list[str]] = []
 
 
 def module_name(path: Path) -> str:

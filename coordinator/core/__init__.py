@@ -1,5 +1,7 @@
 """The pure scheduling core: jobs, GPUs, policies and placement; no I/O, no clock, no
-randomness. The CONTRACT is in ``coordinator.core.scheduler``.
+randomness. The CONTRACT is in ``coordinator.core.scheduler``; events are typed values
+(``coordinator.core.events``) applied by ``Scheduler.apply``, and ``coordinator.core.settings``
+turns one ``Settings`` into a scheduler for the service and the simulator alike.
 
 Decisions taken here (each also documented where it is implemented):
 
@@ -27,6 +29,19 @@ from coordinator.core.config import (
     QUEUE_ORDERS,
     SchedulerConfig,
 )
+from coordinator.core.events import (
+    Cancel,
+    Event,
+    Exited,
+    NodeDown,
+    NodeUp,
+    Schedule,
+    SetPackLimit,
+    Submit,
+    UpdateCheckpointable,
+    UpdateCosts,
+    UpdateSkew,
+)
 from coordinator.core.gittins import GITTINS_VARIANTS, ServiceDistribution
 from coordinator.core.model import (
     Allocation,
@@ -50,6 +65,7 @@ from coordinator.core.placement import (
 )
 from coordinator.core.policies import POLICY_NAMES, Policy, make_policy
 from coordinator.core.scheduler import Scheduler
+from coordinator.core.settings import Settings, build_scheduler
 
 __all__ = [
     "DEFAULT_PACKLIMIT",
@@ -60,21 +76,34 @@ __all__ = [
     "POLICY_NAMES",
     "QUEUE_ORDERS",
     "Allocation",
+    "Cancel",
     "CoreError",
     "Decision",
+    "Event",
     "ExitOutcome",
+    "Exited",
     "Job",
     "JobSpec",
     "JobState",
     "Kill",
     "Node",
+    "NodeDown",
+    "NodeUp",
     "Placement",
     "Policy",
     "Preempt",
+    "Schedule",
     "Scheduler",
     "SchedulerConfig",
     "ServiceDistribution",
+    "SetPackLimit",
+    "Settings",
     "Start",
+    "Submit",
+    "UpdateCheckpointable",
+    "UpdateCosts",
+    "UpdateSkew",
+    "build_scheduler",
     "default_placement",
     "make_placement",
     "make_policy",

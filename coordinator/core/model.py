@@ -4,7 +4,7 @@ the simulator. Pure data; no I/O, no clock (every time is a ``now`` passed in by
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from enum import StrEnum
 
 
@@ -94,7 +94,6 @@ class Job:
     #: False once the job said it has nothing a preemption could checkpoint: preempting it
     #: loses all its progress, so queue policies take other jobs' GPUs first.
     checkpointable: bool = True
-    extra: dict[str, object] = field(default_factory=dict)  # shell-owned annotations
 
     @property
     def job_id(self) -> str:

@@ -2,25 +2,26 @@
 
 CONTRACT (used by coordinator/service and coordinator/sim; extend, don't change):
 
-    sched = Scheduler(cluster_nodes, policy=make_policy("tiresias-l", ...),
-                      placement=make_placement("skew", ...), config=SchedulerConfig(...))
-    sched.submit(spec, now)            # raises CoreError if invalid (duplicate id, too large…)
-    sched.exited(job_id, now, outcome) # all processes of the job have exited
-    sched.cancel(job_id, now) -> list[Decision]   # [] for a waiting job, [Kill] for a running one
-    sched.node_up(node, now) / sched.node_down(name, now) -> list[str] (job ids lost)
-    sched.update_skew(job_id, skew)
-    sched.update_checkpointable(job_id, checkpointable, now)  # queue policies take others'
-                                                   # GPUs first (see policies._Queued)
-    sched.schedule(now) -> list[Decision]          # one scheduling pass
+    sched = build_scheduler(Settings(policy="tiresias-l", ...), nodes)   # coordinator.core.settings
+    sched.apply(event) -> list[Decision]   # one typed event (coordinator.core.events):
+        Submit(spec, now)                  #   CoreError if invalid (duplicate id, too large…)
+        Exited(job_id, now, outcome)       #   all processes of the job have exited
+        Cancel(job_id, now)                #   [] for a waiting job, [Kill] for a running one
+        NodeUp(node, now) / NodeDown(name, now)
+        UpdateSkew(job_id, skew) ; UpdateCheckpointable(job_id, checkpointable, now)
+        UpdateCosts(job_id, checkpoint_s, restore_s)   # measured or modelled seconds
+        SetPackLimit(value)                #   a learned PACKLIMIT (skew placement)
+        Schedule(now)                      #   one scheduling pass: its decisions
+    Each event also has its method (sched.submit(spec, now), sched.schedule(now), …, with
+    node_down returning the ids of the jobs it stopped); the service journals events, the
+    simulator and tests call either.
     sched.next_wakeup(now) -> float | None         # next time the policy wants a pass with no
                                                    # outside event (threshold crossing,
                                                    # starvation promotion, interval, time slice)
     sched.job(job_id) -> Job ; sched.jobs() -> Iterable[Job] (active first)
-    sched.export_state() -> dict (JSON/msgpack-able) ; Scheduler.from_state(d, policy, placement)
-
-    Added since: sched.capacity (GPUs up) ; sched.free_gpus() -> {node: (free indices)} ;
-    sched.running() -> list[Job] ; sched.policy.key(job, now) (rank of any active job) ;
-    sched.update_costs(job_id, checkpoint_s, restore_s) (measured or modelled seconds).
+    sched.free_gpus() -> {node: (free indices)} ; sched.policy.key(job, now) (rank of any
+    active job) ; sched.export_state() -> dict (JSON/msgpack-able) ;
+    Scheduler.from_state(d, policy, placement)
     sched.nodes() -> {name: Node} (up) ; sched.guards() -> {job: end of its minimum run}
     (read by coordinator.core.explain).
 
@@ -51,6 +52,7 @@ import math
 from collections.abc import Iterable, Iterator
 from typing import Any
 
+from coordinator.core import events
 from coordinator.core.config import DEFAULT_QUEUE_THRESHOLDS, SchedulerConfig
 from coordinator.core.model import (
     Allocation,
@@ -157,11 +159,6 @@ class Scheduler:
             if job.state is JobState.RUNNING:
                 self._stop(job, now)
         return [j.job_id for j in lost]
-
-    @property
-    def capacity(self) -> int:
-        """GPUs on the nodes that are up."""
-        return self._capacity
 
     def free_gpus(self) -> dict[str, tuple[int, ...]]:
         """Free GPU indices per node that is up (a copy)."""
@@ -317,6 +314,39 @@ class Scheduler:
             job.checkpointable = checkpointable
             self.policy.changed(job, now)
 
+    def set_packlimit(self, value: float) -> None:
+        """A newly learned PACKLIMIT for the skew placement."""
+        if not hasattr(self.placement, "packlimit"):
+            raise CoreError(f"placement {self.placement.name} has no PACKLIMIT")
+        self.placement.packlimit = value
+
+    def apply(self, event: events.Event) -> list[Decision]:
+        """Apply one typed event (``coordinator.core.events``); the decisions it made."""
+        match event:
+            case events.Schedule(now):
+                return self.schedule(now)
+            case events.Submit(spec, now):
+                self.submit(spec, now)
+            case events.Exited(job_id, now, outcome):
+                self.exited(job_id, now, outcome)
+            case events.Cancel(job_id, now):
+                return self.cancel(job_id, now)
+            case events.NodeUp(node, now):
+                self.node_up(node, now)
+            case events.NodeDown(name, now):
+                self.node_down(name, now)
+            case events.UpdateSkew(job_id, skew):
+                self.update_skew(job_id, skew)
+            case events.UpdateCheckpointable(job_id, checkpointable, now):
+                self.update_checkpointable(job_id, checkpointable, now)
+            case events.UpdateCosts(job_id, checkpoint_s, restore_s):
+                self.update_costs(job_id, checkpoint_s, restore_s)
+            case events.SetPackLimit(value):
+                self.set_packlimit(value)
+            case _:
+                raise CoreError(f"not a core event: {event!r}")
+        return []
+
     # ---- scheduling ----------------------------------------------------------------------
 
     def schedule(self, now: float) -> list[Decision]:
@@ -468,9 +498,6 @@ class Scheduler:
         yield from self._active.values()
         yield from self._done.values()
 
-    def running(self) -> list[Job]:
-        return list(self._running.values())
-
     # ---- persistence ---------------------------------------------------------------------
 
     def export_state(self) -> dict[str, Any]:
@@ -562,7 +589,6 @@ def _job_to_dict(job: Job) -> dict[str, Any]:
     d["allocation"] = (
         None if job.allocation is None else [[n, list(g)] for n, g in job.allocation.gpus]
     )
-    d["extra"] = dict(job.extra)
     return d
 
 
@@ -572,5 +598,4 @@ def _job_from_dict(d: dict[str, Any]) -> Job:
         setattr(job, f, d[f] if f in d else _JOB_SCALARS_SINCE[f])
     if d["allocation"] is not None:
         job.allocation = Allocation(tuple((n, tuple(g)) for n, g in d["allocation"]))
-    job.extra = dict(d["extra"])
     return job

@@ -9,6 +9,7 @@ any command leaves, so a restarted coordinator picks up exactly where the old on
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hmac
 import itertools
 import json
@@ -29,34 +30,34 @@ from typing import Any
 import zmq
 
 from coordinator import protocol
-from coordinator.core.config import DEFAULT_QUEUE_THRESHOLDS
+from coordinator.core import events
+from coordinator.core.config import DEFAULT_QUEUE_ORDER, DEFAULT_QUEUE_THRESHOLDS
+from coordinator.core.gittins import ServiceDistribution
 from coordinator.core.model import (
     CoreError,
     Decision,
     ExitOutcome,
     Job,
+    JobSpec,
     JobState,
     Kill,
+    Node,
     Preempt,
     Start,
 )
 from coordinator.core.packlimit import PACKED, SPREAD, PackLimit
 from coordinator.core.placement import DEFAULT_PACKLIMIT
 from coordinator.core.scheduler import Scheduler
+from coordinator.core.settings import Settings, build_scheduler, restore_scheduler, snapshot
 from coordinator.gang import GangRequest, free_local_port, plan
 from coordinator.service import identity, profiler
 from coordinator.service import keys as curve
 from coordinator.service.agent import SETTLE
 from coordinator.service.client import DEFAULT_ADDRESS
-from coordinator.service.core_adapter import (
-    apply_event,
-    build_scheduler,
-    restore_scheduler,
-    snapshot,
-)
 from coordinator.service.metrics import Metrics
 from coordinator.service.store import Store
 from coordinator.service.views import job_view, node_view
+from coordinator.sim.data import resolve_trace
 from tiresias_launch.contract import EXIT_CHECKPOINTED, JOB_TOKEN
 
 log = logging.getLogger("tiresias.coordinator")
@@ -94,6 +95,11 @@ class Options:
     packlimit: float | None = None
     interval: float = 0.0
     gittins_history: Path | None = None
+    queue_order: str = DEFAULT_QUEUE_ORDER
+    min_run: float = 0.0
+    min_run_restores: float = 0.0
+    cheap_victims: bool = False
+    learn_thresholds: bool = False
     heartbeat_timeout: float = 10.0
     grace: float = 30.0
     preempt_signal: str = "SIGTERM"
@@ -113,6 +119,24 @@ class Options:
     @property
     def checkpoints(self) -> Path:
         return (self.checkpoint_root or self.state / "checkpoints").resolve()
+
+    def settings(self) -> Settings:
+        """The core's settings (reads ``gittins_history``; OSError/CoreError when bad)."""
+        samples = None
+        if self.gittins_history is not None:
+            with resolve_trace(self.gittins_history).open() as f:
+                samples = tuple(ServiceDistribution.parse(f).samples)
+        return Settings(
+            **{f: getattr(self, f) for f in _SETTINGS if f != "thresholds"},
+            thresholds=tuple(self.thresholds),
+            gittins_samples=samples,
+        )
+
+
+#: Options that are core Settings of the same name.
+_SETTINGS = tuple(
+    f.name for f in dataclasses.fields(Settings) if f.name in Options.__dataclass_fields__
+)
 
 
 class Clock:
@@ -148,7 +172,8 @@ class Coordinator:
         self.metrics = Metrics()
         # options are checked (by building the scheduler) before the state directory exists,
         # so a refused start leaves nothing behind
-        fresh = build_scheduler(opts)
+        self.settings = opts.settings()
+        fresh = build_scheduler(self.settings)
         identity.check_bind(opts.bind, opts.curve_keys is not None)
         self.store = Store(opts.state)
         self._peer = identity.NOBODY  # who sent the message being handled
@@ -180,24 +205,20 @@ class Coordinator:
         """Replay is exact only under the options the journal was written with: refuse a
         restart that changes them."""
         o = self.opts
-        mine = {
-            "policy": o.policy,
-            "placement": o.placement,
-            "thresholds": list(o.thresholds),
-            "promote_knob": None if o.promote_knob == float("inf") else o.promote_knob,
-            "interval": o.interval,
-            "packlimit": o.packlimit,
-            "gittins_history": str(o.gittins_history) if o.gittins_history else None,
-        }
+        gittins_history = str(o.gittins_history) if o.gittins_history else None
+        mine = {**self.settings.journal_record(), "gittins_history": gittins_history}
+        # options newer than the journal were at what is now their default
+        defaults = Settings().journal_record()
         stored = self.store.get_meta("core_options")
         if stored is None or self.store.empty():  # nothing to replay: any options will do
             with self.store.tx():
                 self.store.set_meta("core_options", mine)
             return
         for key, value in mine.items():
-            if stored.get(key) != value:
+            was = stored.get(key, defaults.get(key))
+            if was != value:
                 raise ValueError(
-                    f"state {o.state} was created with {key}={stored.get(key)!r} but this "
+                    f"state {o.state} was created with {key}={was!r} but this "
                     f"start asks for {value!r}; restart with the same scheduler options or "
                     f"use a new --state"
                 )
@@ -237,14 +258,15 @@ class Coordinator:
         """Scheduler (``fresh``, or a new one, when nothing was snapshotted), job records and
         learned history as last committed; the number of journal events replayed (None for
         a fresh state directory)."""
-        snapshot, events = self.store.load()
+        snapshot, journal = self.store.load()
         if snapshot is None:
-            self.sched = fresh or build_scheduler(self.opts)
+            self.sched = fresh or build_scheduler(self.settings)
         else:
-            self.sched = restore_scheduler(snapshot, self.opts)
-        for kind, args in events:
+            self.sched = restore_scheduler(snapshot, self.settings)
+        for kind, args in journal:
+            event = events.from_wire(kind, args)  # CoreError: a journal this version cannot read
             try:
-                apply_event(self.sched, kind, args)
+                self.sched.apply(event)
             except CoreError as e:  # it failed live too, and was journaled regardless
                 log.debug("replayed %s failed again: %s", kind, e)
         # in submission order (j1, j2, …): listings page through it
@@ -262,7 +284,7 @@ class Coordinator:
         for key, skew, placement, iter_time in self.store.observations():
             self.packlimit.observe(key, skew, placement, iter_time)
         self.next_job = self.store.get_meta("next_job", 1)
-        return len(events) if events or snapshot else None
+        return len(journal) if journal or snapshot else None
 
     @contextmanager
     def _atomic(self) -> Iterator[None]:
@@ -300,11 +322,11 @@ class Coordinator:
             )
             log.error("%s", self.disk_error)
 
-    def _core(self, kind: str, **args: Any) -> Any:
+    def _core(self, event: events.Event) -> list[Decision]:
         """Apply one core event and journal it (inside an ``_atomic`` block)."""
-        result = apply_event(self.sched, kind, args)
-        self.store.append(kind, args)
-        return result
+        decisions = self.sched.apply(event)
+        self.store.append(*events.to_wire(event))
+        return decisions
 
     def _save(self, job_id: str) -> None:
         self.store.put_job(job_id, self.records[job_id])
@@ -421,7 +443,7 @@ class Coordinator:
         now = self.clock.now()
         t0 = time.perf_counter()
         with self._atomic():
-            decisions = self._core("schedule", now=now)
+            decisions = self._core(events.Schedule(now))
             self.metrics.pass_latency.observe(time.perf_counter() - t0)
             self._act(decisions)
 
@@ -641,7 +663,7 @@ class Coordinator:
             self._count_lost_work(job_id, run)
         rec["run"] = None
         self.deadlines.pop(job_id, None)
-        self._core("exited", job_id=job_id, now=self.clock.now(), outcome=outcome.value)
+        self._core(events.Exited(job_id, self.clock.now(), outcome))
         state = self.sched.job(job_id).state
         if state.finished:
             rec["ended"] = time.time()
@@ -695,7 +717,7 @@ class Coordinator:
         self.packlimit.observe(key, skew, placement, iter_time)
         if self.packlimit.value != self.sched.placement.packlimit:
             log.info("PACKLIMIT learned from history: %.3f", self.packlimit.value)
-            self._core("packlimit", value=self.packlimit.value)
+            self._core(events.SetPackLimit(self.packlimit.value))
 
     # --- nodes --------------------------------------------------------------------------
     def _node_down(self, node: str) -> None:
@@ -708,7 +730,7 @@ class Coordinator:
         self.unconfirmed.discard(node)
         with self._atomic():
             if node in self.sched.free_gpus():
-                self._core("node_down", name=node, now=self.clock.now())
+                self._core(events.NodeDown(node, self.clock.now()))
             for job_id, rec in self.records.items():
                 run = rec.get("run")
                 if run is not None and _pending(run, node):
@@ -835,14 +857,14 @@ class Coordinator:
             )
         job_id = f"j{self.next_job}"
         now = self.clock.now()
-        spec = {
-            "job_id": job_id,
-            "gpus": msg["workers"],
-            "arrival": now,
-            "duration": msg.get("duration"),
-            "skew": msg.get("skew"),
-            "model": msg.get("name"),
-        }
+        spec = JobSpec(
+            job_id,
+            msg["workers"],
+            arrival=now,
+            duration=msg.get("duration"),
+            skew=msg.get("skew"),
+            model=msg.get("name"),
+        )
         request = {
             k: msg[k]
             for k in ("argv", "workers", "ps", "horovod", "cwd", "env", "name", "key")
@@ -856,7 +878,7 @@ class Coordinator:
         self._check_deliverable(request)
         with self._atomic():
             try:
-                self._core("submit", spec=spec, now=now)
+                self._core(events.Submit(spec, now))
             except CoreError as e:  # the id stays free for the next submit: do not name it
                 raise protocol.ProtocolError(
                     f"submit: {str(e).replace(f'job {job_id}', 'the job')}; nothing was queued"
@@ -881,7 +903,7 @@ class Coordinator:
         job_id = msg["job_id"]
         self._owned("cancel", job_id, "cancel it")
         with self._atomic():
-            decisions = self._core("cancel", job_id=job_id, now=self.clock.now())
+            decisions = self._core(events.Cancel(job_id, self.clock.now()))
             self._act(decisions)
             if self.sched.job(job_id).state.finished:  # it was not running
                 self.records[job_id]["ended"] = time.time()
@@ -1050,10 +1072,10 @@ class Coordinator:
         running = {r["job_id"]: r["restart"] for r in msg["running"]}
         with self._atomic():
             if node in known and changed:
-                self._core("node_down", name=node, now=self.clock.now())
+                self._core(events.NodeDown(node, self.clock.now()))
                 known.discard(node)
             if node not in known:
-                self._core("node_up", name=node, gpus=gpus, now=self.clock.now())
+                self._core(events.NodeUp(Node(node, tuple(gpus)), self.clock.now()))
             self._reconcile(node, running)
         self.unconfirmed.discard(node)
         self._dirty = True
@@ -1120,14 +1142,14 @@ class Coordinator:
             rec["checkpointable"] = said
             rec["checkpointable_why"] = msg.get("checkpointable_why")
             with self._atomic():
-                self._core("checkpointable", job_id=job_id, value=said, now=self.clock.now())
+                self._core(events.UpdateCheckpointable(job_id, said, self.clock.now()))
                 self._save(job_id)
             self._dirty = True
         skew = self.skew_estimator(msg, rec["request"].get("ps", 0))
         if skew is not None and skew != rec.get("skew"):
             rec["skew"] = skew
             with self._atomic():
-                self._core("update_skew", job_id=job_id, skew=float(skew))
+                self._core(events.UpdateSkew(job_id, float(skew)))
                 self._save(job_id)
         else:
             self._progress_dirty.add(job_id)

@@ -14,7 +14,8 @@ from pathlib import Path
 from coordinator.argtypes import fraction, positive_count, positive_seconds, seconds
 from coordinator.core import GITTINS_VARIANTS, POLICY_NAMES, QUEUE_ORDERS, ServiceDistribution
 from coordinator.core.model import CoreError, JobSpec, Node
-from coordinator.sim.engine import SimOptions, SimResult, build_scheduler, run
+from coordinator.core.settings import build_scheduler
+from coordinator.sim.engine import SimOptions, SimResult, core_settings, run
 from coordinator.sim.report import Bins, format_report, json_summary, write_outputs
 from coordinator.sim.sweep import SWEEP_NAMES, SweepError, format_table, parse_grid, plot, run_sweep
 from coordinator.sim.traces import FORMATS, TraceError, load_trace, parse_when, resolve_trace
@@ -302,7 +303,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             packing_slowdown=args.packing_slowdown,
         )
         for name in args.policy:  # reject bad knobs before minutes of simulation
-            build_scheduler(nodes, name, options)
+            build_scheduler(core_settings(name, options), nodes)
         if args.out:  # and a place the results cannot be written to
             _writable_dir(args.out)
         trace = load_trace(

@@ -9,22 +9,13 @@ of a run is what the service must reproduce from the same events.
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 import math
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-from coordinator.core import (
-    DEFAULT_PACKLIMIT,
-    DEFAULT_QUEUE_THRESHOLDS,
-    Scheduler,
-    SchedulerConfig,
-    ServiceDistribution,
-    default_placement,
-    make_placement,
-    make_policy,
-)
 from coordinator.core.model import (
     CoreError,
     Decision,
@@ -35,6 +26,7 @@ from coordinator.core.model import (
     Preempt,
     Start,
 )
+from coordinator.core.settings import Settings, build_scheduler
 from coordinator.sim.profiles import DEFAULT_PROFILE, profile
 
 # Same-instant order: free GPUs first, then let new jobs in, then schedule.
@@ -173,7 +165,9 @@ class _Simulation:
                 raise ValueError(f"job {s.job_id}: the simulator needs a true duration")
         self.specs = sorted(specs, key=lambda s: (s.arrival, s.job_id))
         self.opts = opts
-        self.sched, self.packlimit = build_scheduler(nodes, policy, opts)
+        settings = core_settings(policy, opts)
+        self.sched = build_scheduler(settings, nodes)
+        self.packlimit = settings.packlimit_value
         self.result = SimResult(
             policy, opts, sum(len(n.gpus) for n in nodes), jobs=[], decisions=[]
         )
@@ -320,44 +314,17 @@ class _Simulation:
         self.result.busy_gpu_seconds += run.spec.gpus * (now - run.held_since)
 
 
-def build_scheduler(
-    nodes: Sequence[Node], policy: str, opts: SimOptions
-) -> tuple[Scheduler, float]:
-    """The core configured for ``opts``, and the PACKLIMIT the packing model compares with.
-    Raises CoreError for a bad knob."""
-    thresholds = opts.thresholds if opts.thresholds is not None else DEFAULT_QUEUE_THRESHOLDS
-    if opts.queues is not None and opts.queues != len(thresholds) + 1:
-        raise CoreError(
-            f"{opts.queues} queues need {opts.queues - 1} thresholds, got {len(thresholds)}"
-        )
-    config = SchedulerConfig(
-        queue_thresholds=thresholds,
-        promote_knob=opts.promote_knob if opts.promote_knob is not None else math.inf,
-        interval=opts.interval or 0.0,
-        **{  # None: the core's default
-            name: value
-            for name in (
-                "queue_order",
-                "min_run",
-                "min_run_restores",
-                "cheap_victims",
-                "learn_thresholds",
-            )
-            if (value := getattr(opts, name)) is not None
+#: SimOptions fields that are core Settings of the same name (None: the core's default).
+_SETTINGS = tuple(
+    f.name for f in dataclasses.fields(SimOptions) if f.name in Settings.__dataclass_fields__
+)
+
+
+def core_settings(policy: str, opts: SimOptions) -> Settings:
+    """The core ``Settings`` of ``policy`` under ``opts``; ``build_scheduler`` checks them."""
+    return Settings(
+        policy=policy,
+        **{  # type: ignore[arg-type]
+            name: value for name in _SETTINGS if (value := getattr(opts, name)) is not None
         },
     )
-    params: dict[str, object] = {}
-    if policy in ("tiresias-l", "tiresias-g") and opts.gittins_samples is not None:
-        params["distribution"] = ServiceDistribution(opts.gittins_samples)
-    if policy == "tiresias-g":
-        params["learn"] = opts.gittins_learn
-        if opts.gittins_variant is not None:
-            params["variant"] = opts.gittins_variant
-    elif policy == "las" and opts.interval:
-        params["crossings"] = False  # a fixed interval replaces exact crossing times
-    packlimit = opts.packlimit if opts.packlimit is not None else DEFAULT_PACKLIMIT
-    name = opts.placement or default_placement(policy)
-    placement = make_placement(name, packlimit=packlimit)
-    return Scheduler(
-        nodes, policy=make_policy(policy, **params), placement=placement, config=config
-    ), packlimit

@@ -18,7 +18,8 @@ from pathlib import Path
 import numpy as np
 
 from coordinator.core.model import JobSpec, Node
-from coordinator.sim.engine import SimOptions, build_scheduler, run
+from coordinator.core.settings import build_scheduler
+from coordinator.sim.engine import SimOptions, core_settings, run
 from coordinator.sim.report import METRICS, _fmt, _table, summary
 
 
@@ -151,7 +152,7 @@ def run_sweep(
     todo = configs(policies, grid)
     resolved = {c: resolve(c, specs, nodes, base, make_cluster) for c in todo}
     for c, (n, o) in resolved.items():  # bad knobs fail before any simulation
-        build_scheduler(n, c.policy, o)
+        build_scheduler(core_settings(c.policy, o), n)
     header = ["policy", *(name for name, _ in grid), "gpus", *RESULT_COLUMNS]
     out.mkdir(parents=True, exist_ok=True)
     path = out / "sweep.csv"

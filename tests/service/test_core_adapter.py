@@ -1,14 +1,15 @@
-"""The service builds its scheduler like the simulator does: same default placement per policy,
-so a live cluster and ``tiresias-sim`` with the same options decide alike."""
+"""The service builds its scheduler as the simulator does, from one ``Settings``: a live
+cluster and ``tiresias-sim`` given the same options decide alike."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
+from coordinator.core.settings import Settings, build_scheduler
 from coordinator.service.coordinator import Options
-from coordinator.service.core_adapter import build_scheduler
-from coordinator.sim.engine import SimOptions
-from coordinator.sim.engine import build_scheduler as build_sim_scheduler
+from coordinator.sim.engine import SimOptions, core_settings
 
 
 @pytest.mark.parametrize(
@@ -25,10 +26,41 @@ from coordinator.sim.engine import build_scheduler as build_sim_scheduler
 def test_default_placement_follows_the_policy_as_in_the_simulator(
     policy: str, placement: str
 ) -> None:
-    live = build_scheduler(Options(policy=policy))
+    live = build_scheduler(Options(policy=policy).settings())
     assert live.placement.name == placement
-    assert type(live.placement) is type(build_sim_scheduler([], policy, SimOptions())[0].placement)
+    simulated = build_scheduler(core_settings(policy, SimOptions()))
+    assert type(live.placement) is type(simulated.placement)
 
 
 def test_configured_placement_wins() -> None:
-    assert build_scheduler(Options(policy="yarn-cs", placement="spread")).placement.name == "spread"
+    settings = Options(policy="yarn-cs", placement="spread").settings()
+    assert build_scheduler(settings).placement.name == "spread"
+
+
+def test_live_and_simulated_options_give_the_same_settings() -> None:
+    """Every scheduling option the simulator takes, the service takes too, to the same core
+    settings (only the simulator's seed samples come from a file the service names)."""
+    knobs = {
+        "thresholds": (100.0, 1000.0),
+        "promote_knob": 4.0,
+        "interval": 60.0,
+        "queue_order": "first-start",
+        "min_run": 30.0,
+        "min_run_restores": 2.0,
+        "cheap_victims": True,
+        "learn_thresholds": True,
+        "packlimit": 0.4,
+        "placement": "spread",
+    }
+    live = Options(policy="tiresias-l", **{**knobs, "thresholds": list(knobs["thresholds"])})
+    simulated = core_settings("tiresias-l", SimOptions(**knobs))  # type: ignore[arg-type]
+    assert live.settings() == simulated
+    assert simulated != core_settings("tiresias-l", SimOptions())
+    shared = {f.name for f in dataclasses.fields(Settings)} - {
+        "policy",
+        "queues",
+        "gittins_samples",
+        "gittins_variant",
+        "gittins_learn",
+    }
+    assert shared == set(knobs)  # a new setting must be added to both shells

@@ -11,14 +11,10 @@ import pytest
 import zmq
 
 from coordinator import protocol
+from coordinator.core.events import SetPackLimit, from_wire, to_wire
+from coordinator.core.settings import build_scheduler, restore_scheduler, snapshot
 from coordinator.service.client import Client
 from coordinator.service.coordinator import Coordinator, Options
-from coordinator.service.core_adapter import (
-    apply_event,
-    build_scheduler,
-    restore_scheduler,
-    snapshot,
-)
 
 from .conftest import in_process_coordinator, wait_until
 
@@ -109,11 +105,11 @@ def test_register_kills_unexpected_jobs_and_loses_missing_ones(coord: Coordinato
 
 
 def test_learned_packlimit_is_journaled_and_snapshotted() -> None:
-    opts = Options(placement="skew")
-    sched = build_scheduler(opts)
-    apply_event(sched, "packlimit", {"value": 0.3})
+    settings = Options(placement="skew").settings()
+    sched = build_scheduler(settings)
+    sched.apply(from_wire(*to_wire(SetPackLimit(0.3))))
     assert sched.placement.packlimit == 0.3
-    assert restore_scheduler(snapshot(sched), opts).placement.packlimit == 0.3
+    assert restore_scheduler(snapshot(sched), settings).placement.packlimit == 0.3
 
 
 def test_restart_with_other_scheduler_options_is_refused(tmp_path: Path) -> None:

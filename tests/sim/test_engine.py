@@ -160,8 +160,8 @@ def test_a_pass_without_preemptions_leaves_nothing_to_do(
     such a pass would indeed have returned nothing."""
     real = engine.build_scheduler
 
-    def checked(*args: object) -> tuple[object, float]:
-        sched, packlimit = real(*args)  # type: ignore[arg-type]
+    def checked(*args: object) -> object:
+        sched = real(*args)  # type: ignore[arg-type]
         schedule = sched.schedule
 
         def twice(now: float) -> list:
@@ -171,7 +171,7 @@ def test_a_pass_without_preemptions_leaves_nothing_to_do(
             return decisions
 
         sched.schedule = twice  # type: ignore[method-assign]
-        return sched, packlimit
+        return sched
 
     monkeypatch.setattr(engine, "build_scheduler", checked)
     specs = [spec(str(i), g, float(a), float(d)) for i, (g, a, d) in enumerate(rows)]

@@ -32,10 +32,11 @@ from typing import Any
 import zmq
 
 from coordinator import protocol
-from coordinator.core.model import ExitOutcome
+from coordinator.core.events import Exited, NodeUp, Schedule, Submit, to_wire
+from coordinator.core.model import ExitOutcome, JobSpec, Node
+from coordinator.core.settings import build_scheduler
 from coordinator.service.client import Client
 from coordinator.service.coordinator import Options
-from coordinator.service.core_adapter import apply_event, build_scheduler
 from coordinator.service.store import Store
 
 
@@ -144,22 +145,18 @@ def bench_pass(nodes: int, jobs: int, passes: int, seed: int = 1) -> dict[str, f
     rng = random.Random(seed)
     with tempfile.TemporaryDirectory() as state:
         opts = Options(state=Path(state), thresholds=[3600.0])
-        sched = build_scheduler(opts)
+        sched = build_scheduler(opts.settings())
         store = Store(Path(state))
         now = 0.0
         for n in range(nodes):
-            apply_event(sched, "node_up", {"name": f"n{n:04d}", "gpus": list(range(8)), "now": now})
+            sched.apply(NodeUp(Node(f"n{n:04d}", tuple(range(8))), now))
         serial = 0
 
         def submit() -> None:
             nonlocal serial
             serial += 1
-            spec = {
-                "job_id": f"j{serial}",
-                "gpus": rng.choice((1, 1, 1, 2, 2, 4, 8)),
-                "arrival": now,
-            }
-            apply_event(sched, "submit", {"spec": spec, "now": now})
+            spec = JobSpec(f"j{serial}", rng.choice((1, 1, 1, 2, 2, 4, 8)), arrival=now)
+            sched.apply(Submit(spec, now))
 
         for _ in range(jobs):
             submit()
@@ -167,8 +164,9 @@ def bench_pass(nodes: int, jobs: int, passes: int, seed: int = 1) -> dict[str, f
         def one_pass() -> tuple[float, list]:
             t0 = time.perf_counter()
             with store.tx():
-                decisions = apply_event(sched, "schedule", {"now": now})
-                store.append("schedule", {"now": now})
+                event = Schedule(now)
+                decisions = sched.apply(event)
+                store.append(*to_wire(event))
             return time.perf_counter() - t0, decisions
 
         first, started = one_pass()
@@ -180,11 +178,7 @@ def bench_pass(nodes: int, jobs: int, passes: int, seed: int = 1) -> dict[str, f
             now += 1.0
             for _ in range(3):  # a few completions and arrivals between passes
                 done = running.pop(rng.randrange(len(running)))
-                apply_event(
-                    sched,
-                    "exited",
-                    {"job_id": done, "now": now, "outcome": ExitOutcome.COMPLETED.value},
-                )
+                sched.apply(Exited(done, now, ExitOutcome.COMPLETED))
                 submit()
             seconds, decisions = one_pass()
             lat.append(seconds)

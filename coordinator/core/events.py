@@ -1,0 +1,181 @@
+"""Typed events: everything that changes the scheduler core, as values.
+
+``Scheduler.apply(event)`` takes one and returns the decisions it made (most events make
+none). The service journals each event it applies under its wire name with its wire
+arguments (``to_wire``) and replays a journal with ``from_wire``, so live handling and crash
+replay apply the very same values. The wire names and arguments are those the journal has
+always held ("schedule", "submit", …), so state directories written before the events were
+typed replay unchanged.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from coordinator.core.model import CoreError, ExitOutcome, JobSpec, Node
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """One scheduling pass at ``now``."""
+
+    now: float
+    kind: ClassVar[str] = "schedule"
+
+
+@dataclass(frozen=True)
+class Submit:
+    """A new job; CoreError if the core refuses it (duplicate id, larger than the cluster…)."""
+
+    spec: JobSpec
+    now: float
+    kind: ClassVar[str] = "submit"
+
+
+@dataclass(frozen=True)
+class Exited:
+    """All processes of a running or preempting job have exited."""
+
+    job_id: str
+    now: float
+    outcome: ExitOutcome
+    kind: ClassVar[str] = "exited"
+
+
+@dataclass(frozen=True)
+class Cancel:
+    """The user cancels a job: [Kill] while it has processes, else nothing."""
+
+    job_id: str
+    now: float
+    kind: ClassVar[str] = "cancel"
+
+
+@dataclass(frozen=True)
+class NodeUp:
+    """A node joins with its GPUs."""
+
+    node: Node
+    now: float
+    kind: ClassVar[str] = "node_up"
+
+
+@dataclass(frozen=True)
+class NodeDown:
+    """A node is gone: its jobs stop accruing service (see ``Scheduler.node_down``)."""
+
+    name: str
+    now: float
+    kind: ClassVar[str] = "node_down"
+
+
+@dataclass(frozen=True)
+class UpdateSkew:
+    """The job's measured or estimated skew S_J (None: unknown)."""
+
+    job_id: str
+    skew: float | None
+    kind: ClassVar[str] = "update_skew"
+
+
+@dataclass(frozen=True)
+class UpdateCheckpointable:
+    """Whether the job can be checkpointed, as its runtime says at start."""
+
+    job_id: str
+    checkpointable: bool
+    now: float
+    kind: ClassVar[str] = "checkpointable"
+
+
+@dataclass(frozen=True)
+class UpdateCosts:
+    """The job's checkpoint and restore times in seconds, as its runtime measured them."""
+
+    job_id: str
+    checkpoint_s: float
+    restore_s: float
+    kind: ClassVar[str] = "update_costs"
+
+
+@dataclass(frozen=True)
+class SetPackLimit:
+    """A newly learned PACKLIMIT for the skew placement (``coordinator.core.packlimit``)."""
+
+    value: float
+    kind: ClassVar[str] = "packlimit"
+
+
+Event = (
+    Schedule
+    | Submit
+    | Exited
+    | Cancel
+    | NodeUp
+    | NodeDown
+    | UpdateSkew
+    | UpdateCheckpointable
+    | UpdateCosts
+    | SetPackLimit
+)
+
+EVENT_TYPES: tuple[type[Event], ...] = (
+    Schedule,
+    Submit,
+    Exited,
+    Cancel,
+    NodeUp,
+    NodeDown,
+    UpdateSkew,
+    UpdateCheckpointable,
+    UpdateCosts,
+    SetPackLimit,
+)
+_BY_KIND: dict[str, type[Event]] = {t.kind: t for t in EVENT_TYPES}
+#: Wire argument names that differ from the field names (the journal's older spelling).
+_RENAMED: dict[type[Event], dict[str, str]] = {
+    UpdateCheckpointable: {"checkpointable": "value"},
+}
+
+
+def to_wire(event: Event) -> tuple[str, dict[str, Any]]:
+    """(wire name, msgpack-able arguments) as the journal stores them."""
+    args: dict[str, Any] = {}
+    renamed = _RENAMED.get(type(event), {})
+    for f in dataclasses.fields(event):
+        value = getattr(event, f.name)
+        if isinstance(value, JobSpec):
+            value = dataclasses.asdict(value)
+        elif isinstance(value, ExitOutcome):
+            value = value.value
+        if isinstance(value, Node):  # its fields sit beside the others
+            args["name"], args["gpus"] = value.name, list(value.gpus)
+            if value.switch is not None:
+                args["switch"] = value.switch
+            continue
+        args[renamed.get(f.name, f.name)] = value
+    return event.kind, args
+
+
+def from_wire(kind: str, args: dict[str, Any]) -> Event:
+    """The event a journal entry names; CoreError for an entry this version cannot read."""
+    cls = _BY_KIND.get(kind)
+    if cls is None:
+        raise CoreError(
+            f"unknown journal event {kind!r} (known: {', '.join(sorted(_BY_KIND))}); the "
+            f"journal was written by a newer coordinator"
+        )
+    try:
+        if cls is Submit:
+            return Submit(JobSpec(**args["spec"]), args["now"])
+        if cls is Exited:
+            return Exited(args["job_id"], args["now"], ExitOutcome(args["outcome"]))
+        if cls is NodeUp:
+            node = Node(args["name"], tuple(args["gpus"]), args.get("switch"))
+            return NodeUp(node, args["now"])
+        renamed = _RENAMED.get(cls, {})
+        return cls(**{f.name: args[renamed.get(f.name, f.name)] for f in dataclasses.fields(cls)})
+    except (KeyError, TypeError, ValueError) as e:
+        raise CoreError(f"journal event {kind!r} has bad arguments {args!r}: {e}") from None
