@@ -20,6 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from coordinator.argtypes import count, positive_count, positive_seconds
+from coordinator.core.model import JobState
+from coordinator.gang import GangRequest
 from coordinator.service import keys as curve
 from coordinator.service.client import Client, RequestError, client_keys, default_address
 from coordinator.service.views import checkpoint_text, exit_text, lost_text
@@ -30,8 +32,6 @@ SCRIPT_HELP = (
     "the training script, a Python file; it must exist here when the path is relative or "
     "the nodes are this machine"
 )
-#: Job states after which nothing more happens.
-FINISHED = ("completed", "failed", "cancelled")
 
 
 def _dur(seconds: float | None) -> str:
@@ -139,10 +139,12 @@ def on_this_machine(address: str) -> bool:
     return host == "localhost" or host.startswith("127.") or host == "::1"
 
 
-def script_argv(script: str, nodes_here: bool) -> str:
-    """The job's script as the nodes should see it: an absolute path when it exists here.
-    Raises ValueError for a script that cannot exist on the nodes either: a relative path
-    (jobs start in this directory) or any path when the nodes are this machine."""
+def script_argv(script: str, coordinator: str | None) -> str:
+    """The job's script as the nodes of ``coordinator`` (None: an embedded one, here) should
+    see it: an absolute path when it exists here. Raises ValueError for a script that cannot
+    exist on the nodes either: a relative path (jobs start in this directory) or any path
+    when the nodes are this machine."""
+    nodes_here = coordinator is None or on_this_machine(coordinator)
     path = Path(script)
     if path.is_file():
         return str(path.resolve())
@@ -167,14 +169,17 @@ def env_pair(text: str) -> tuple[str, str]:
 
 
 def cmd_submit(client: Client, args: argparse.Namespace) -> int:
-    workers = args.workers if args.workers is not None else (args.gpus or 1)
+    shape = {
+        "argv": [script_argv(args.script, client.address), *args.args],
+        "workers": args.workers if args.workers is not None else (args.gpus or 1),
+        "ps": args.ps,
+        "horovod": args.horovod,
+        "gpus": args.gpus,
+    }
+    GangRequest.from_submit(shape)  # a bad shape is the user's mistake: exit 2, nothing sent
     reply = client.request(
         "submit",
-        argv=[script_argv(args.script, on_this_machine(client.address)), *args.args],
-        workers=workers,
-        ps=args.ps,
-        horovod=args.horovod,
-        gpus=args.gpus,
+        **shape,
         cwd=os.getcwd(),
         name=args.name or Path(args.script).name,
         duration=args.duration,
@@ -317,7 +322,7 @@ def cmd_logs(client: Client, args: argparse.Namespace) -> int:
     job = args.job
     view = client.request("status", job_id=job)["job"]
     if view["first_start"] is None and not args.json:
-        never = view["state"] in FINISHED
+        never = JobState(view["state"]).finished
         print(
             f"tiresias: {job} has no logs"
             + (f": it never started ({view['state']})" if never else " yet: it has not started"),
@@ -328,7 +333,7 @@ def cmd_logs(client: Client, args: argparse.Namespace) -> int:
 
     def finished() -> bool:
         state = client.request("status", job_id=job)["job"]["state"]
-        return state in FINISHED
+        return JobState(state).finished
 
     if args.json:
         files: dict[str, str] = {}
@@ -474,11 +479,6 @@ def main(argv: list[str] | None = None) -> int:
         except (OSError, ValueError) as e:
             print(f"tiresias keys {args.keys_command}: {e}", file=sys.stderr)
             return 2
-    if args.command == "submit" and args.gpus is not None and args.workers not in (None, args.gpus):
-        print(
-            "tiresias submit: --gpus and --workers must agree (one GPU per worker)", file=sys.stderr
-        )
-        return 2
     try:
         keys = client_keys(args.curve_keys, args.coordinator)
         with Client(args.coordinator, keys, args.timeout) as client:

@@ -14,6 +14,7 @@ import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from tiresias_launch import contract as C
 from tiresias_launch.contract import RENDEZVOUS_WAIT_SECONDS
@@ -21,7 +22,10 @@ from tiresias_launch.contract import RENDEZVOUS_WAIT_SECONDS
 
 @dataclass(frozen=True)
 class GangRequest:
-    """What ``tiresias-run --workers N [--ps M] [--horovod] script.py args…`` asks for."""
+    """A job's shape, validated once: what ``tiresias-run --workers N [--ps M] [--horovod]
+    script.py args…`` asks for. Every worker gets one GPU, so ``gpus`` (the core's W_J) is
+    ``workers``; parameter servers and a PS job's chief get none. The submit path builds it
+    (``from_submit``), the planner and ``tiresias-run`` read it; nothing else re-checks it."""
 
     argv: tuple[str, ...]  # script path, then its arguments
     workers: int = 1
@@ -30,13 +34,41 @@ class GangRequest:
 
     def __post_init__(self) -> None:
         if not self.argv:
-            raise ValueError("GangRequest.argv must name a script")
+            raise ValueError("'argv' must name a script")
         if self.workers < 1:
-            raise ValueError(f"workers={self.workers}: a job needs at least one worker")
+            raise ValueError(
+                f"'workers' must be >= 1, got {self.workers}: a job needs at least one worker"
+            )
         if self.ps < 0:
-            raise ValueError(f"ps={self.ps}: must be >= 0")
+            raise ValueError(f"'ps' must be >= 0, got {self.ps}")
         if self.ps and self.horovod:
-            raise ValueError("--ps and --horovod are exclusive (Horovod is all-reduce)")
+            raise ValueError("'ps' and 'horovod' are exclusive (Horovod is all-reduce)")
+
+    @classmethod
+    def from_submit(cls, msg: Mapping[str, Any], max_size: int | None = None) -> GangRequest:
+        """The request of a ``submit`` message whose field types the protocol checked; raises
+        ValueError naming the field. ``gpus``, when given, must equal ``workers``;
+        ``max_size`` caps workers and parameter servers (``--max-job-size``)."""
+        request = cls(
+            tuple(msg["argv"]), msg["workers"], msg.get("ps") or 0, bool(msg.get("horovod"))
+        )
+        if msg.get("gpus") not in (None, request.gpus):
+            raise ValueError(
+                f"'gpus' ({msg['gpus']}) must equal 'workers' ({request.workers}); "
+                f"every worker gets one GPU"
+            )
+        for what, n in (("workers", request.workers), ("ps", request.ps)):
+            if max_size is not None and n > max_size:
+                raise ValueError(
+                    f"'{what}' is {n}, over this coordinator's limit of {max_size} per job "
+                    f"(tiresias-coordinator --max-job-size)"
+                )
+        return request
+
+    @property
+    def gpus(self) -> int:
+        """GPUs the job holds while it runs (W_J): one per worker."""
+        return self.workers
 
     @property
     def mode(self) -> str:
@@ -85,16 +117,14 @@ def plan(
     """Processes for one (re)start of ``job_id``, chief first.
 
     ``placement`` maps node name → GPU indices (``Allocation.to_wire()``) and must hold exactly
-    ``request.workers`` GPUs; ``ports(node)`` returns a free TCP port on ``node``;
+    ``request.gpus``; ``ports(node)`` returns a free TCP port on ``node``;
     ``hosts`` maps node name → address peers use (default: the node name); ``job_key`` is
     the job's identity unique across coordinators (default ``job_id``), which names its
     checkpoint directory ``checkpoint_root/job_key``.
     """
     slots = [(node, gpu) for node in sorted(placement) for gpu in placement[node]]
-    if len(slots) != request.workers:
-        raise ValueError(
-            f"placement has {len(slots)} GPUs but the request asks for {request.workers} workers"
-        )
+    if len(slots) != request.gpus:
+        raise ValueError(f"placement has {len(slots)} GPUs but the request asks for {request.gpus}")
     if restart < 0:
         raise ValueError(f"restart={restart}: must be >= 0")
     hosts = hosts or {}

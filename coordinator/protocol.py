@@ -10,10 +10,12 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Mapping
+from enum import StrEnum
 from typing import Any
 
 import msgpack
 
+from coordinator.gang import GangRequest
 from tiresias_launch import contract
 from tiresias_launch.contract import REPORT_AMOUNTS, Field
 
@@ -139,8 +141,21 @@ REQUESTS = frozenset(
         "exited",
     }
 )
-#: Outcomes an agent may report for its part of a job.
-PART_OUTCOMES = ("completed", "checkpointed", "preempted", "failed", "killed")
+
+
+class PartOutcome(StrEnum):
+    """How one node's processes of a run ended: the one vocabulary of agents (``exited``),
+    executors and the coordinator's run lifecycle."""
+
+    COMPLETED = "completed"  # the chief finished (or every process exited 0)
+    CHECKPOINTED = "checkpointed"  # preempted, and the chief exited EXIT_CHECKPOINTED
+    PREEMPTED = "preempted"  # stopped by a preemption signal without a checkpoint
+    FAILED = "failed"  # a process exited with any other code
+    KILLED = "killed"  # stopped by the coordinator (kill), or by a peer part's end
+
+
+#: What an agent may report for its part of a job.
+PART_OUTCOMES = tuple(o.value for o in PartOutcome)
 
 # Shapes of list items and nested maps (field → (types, required)).
 GPU_ITEM: dict[str, Field] = {"index": REQ_INT, "uuid": OPT_STR, "memory": ((int, None), False)}
@@ -259,18 +274,14 @@ def _check_items(where: str, items: list[Any], schema: Mapping[str, Field]) -> N
 def _check_nested(t: str, msg: dict[str, Any]) -> None:
     """Validation below the top level, for the fields whose content the receiver relies on."""
     if t == "submit":
-        if not msg["argv"]:
-            raise ProtocolError("submit: 'argv' must name a script")
         _check_str_list("submit: 'argv'", msg["argv"])
         if msg.get("env"):
             _check_environment("submit: 'env'", msg["env"])
         _check_path("submit: 'cwd'", msg.get("cwd"))
-        if msg["workers"] < 1:
-            raise ProtocolError(f"submit: 'workers' must be >= 1, got {msg['workers']}")
-        if msg.get("ps", 0) < 0:
-            raise ProtocolError(f"submit: 'ps' must be >= 0, got {msg['ps']}")
-        if msg.get("gpus") is not None and msg["gpus"] < 1:
-            raise ProtocolError(f"submit: 'gpus' must be >= 1, got {msg['gpus']}")
+        try:  # the job's shape: one validated request type, checked in one place
+            GangRequest.from_submit(msg)
+        except ValueError as e:
+            raise ProtocolError(f"submit: {e}") from None
         duration = msg.get("duration")
         if duration is not None and not 0 < duration < math.inf:
             raise ProtocolError(f"submit: 'duration' must be a positive number, got {duration}")

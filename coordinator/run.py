@@ -23,18 +23,17 @@ import zmq
 
 from coordinator.argtypes import count, positive_count, seconds
 from coordinator.cli import (
-    FINISHED,
     SCRIPT_HELP,
     SUBMIT_RETRIES,
     follow_logs,
     log_writer,
-    on_this_machine,
     quiet_broken_pipe,
     script_argv,
 )
 from coordinator.core.config import DEFAULT_QUEUE_THRESHOLDS, thresholds_text
-from coordinator.core.model import CoreError
+from coordinator.core.model import CoreError, JobState
 from coordinator.core.policies import POLICY_NAMES
+from coordinator.gang import GangRequest
 from coordinator.service.agent import MAX_VIRTUAL_GPUS, Agent, discover_gpus, nvml_gpus
 from coordinator.service.cli import comma_floats
 from coordinator.service.client import Client, RequestError, client_keys
@@ -167,17 +166,17 @@ def parser() -> argparse.ArgumentParser:
     return ap
 
 
-def run_job(client: Client, args: argparse.Namespace) -> int:
-    """Submit ``args.script`` (as ``script_argv`` made it), stream logs until the job ends,
-    return its exit code; SIGINT cancels it."""
+def run_job(client: Client, request: GangRequest, name: str | None) -> int:
+    """Submit ``request``, stream logs until the job ends, return its exit code; SIGINT
+    cancels it."""
     job_id = client.request(
         "submit",
-        argv=[args.script, *args.args],
-        workers=args.workers,
-        ps=args.ps,
-        horovod=args.horovod,
+        argv=list(request.argv),
+        workers=request.workers,
+        ps=request.ps,
+        horovod=request.horovod,
         cwd=os.getcwd(),
-        name=args.name or Path(args.script).name,
+        name=name or Path(request.argv[0]).name,
         key=uuid.uuid4().hex,  # a retry after a lost reply is the same job
         retries=SUBMIT_RETRIES,
     )["job_id"]
@@ -201,7 +200,7 @@ def run_job(client: Client, args: argparse.Namespace) -> int:
         before, state = state, client.request("status", job_id=job_id)["job"]
         for line in run_events(before, state):
             print(f"tiresias-run: {line}", file=sys.stderr)
-        if state["state"] in FINISHED:
+        if JobState(state["state"]).finished:
             return True  # said once, with the counts, below
         if state["state"] != before.get("state"):
             print(f"tiresias-run: {job_id} {state['state']}", file=sys.stderr)
@@ -209,7 +208,11 @@ def run_job(client: Client, args: argparse.Namespace) -> int:
 
     try:
         follow_logs(
-            client, job_id, log_writer(args.workers + args.ps > 1), until=finished, interval=0.3
+            client,
+            job_id,
+            log_writer(request.workers + request.ps > 1),
+            until=finished,
+            interval=0.3,
         )
     finally:
         signal.signal(signal.SIGINT, previous)
@@ -237,17 +240,20 @@ def main(argv: list[str] | None = None) -> int:
     tmp = None
     cleanup = contextlib.ExitStack()
     try:
-        args.script = script_argv(
-            args.script, args.coordinator is None or on_this_machine(args.coordinator)
+        request = GangRequest(
+            (script_argv(args.script, args.coordinator), *args.args),
+            args.workers,
+            args.ps,
+            args.horovod,
         )
         if args.coordinator is None:
             if args.state is None:
                 tmp = tempfile.TemporaryDirectory(prefix="tiresias-run-")
                 args.state = Path(tmp.name)
-            gpus = local_gpus(args.gpus, args.workers)
-            if len(gpus) < args.workers:
+            gpus = local_gpus(args.gpus, request.gpus)
+            if len(gpus) < request.gpus:
                 print(
-                    f"tiresias-run: the job needs {args.workers} GPUs but this machine has "
+                    f"tiresias-run: the job needs {request.gpus} GPUs but this machine has "
                     f"{len(gpus)} (pass --gpus N for virtual GPUs)",
                     file=sys.stderr,
                 )
@@ -267,7 +273,7 @@ def main(argv: list[str] | None = None) -> int:
         else:
             address = args.coordinator
         with Client(address, client_keys(args.curve_keys, address)) as client:
-            return run_job(client, args)
+            return run_job(client, request, args.name)
     except BrokenPipeError:
         return quiet_broken_pipe()
     except RequestError as e:

@@ -14,6 +14,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from tiresias_launch.procfs import parent_pid, start_ticks
+
 MAGIC = b"IBVTAP\x00\x01"
 VERSION = 1
 NBUCKETS = 64
@@ -370,10 +372,9 @@ def profile_dir(pid: int) -> str:
 
 def _proc_start_ticks(pid: int) -> int | None:
     try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
+        return start_ticks(pid)
     except OSError:
         return None
-    return int(stat.rsplit(")", 1)[1].split()[19])
 
 
 def read_process(pid: int, directory: str | None = None) -> ProcessProfile:
@@ -414,10 +415,9 @@ def _children_map() -> dict[int, list[int]]:
         if not entry.name.isdigit():
             continue
         try:
-            stat = Path(entry.path, "stat").read_text()
+            ppid = parent_pid(entry.name)
         except OSError:
             continue
-        ppid = int(stat.rsplit(")", 1)[1].split()[1])
         kids.setdefault(ppid, []).append(int(entry.name))
     return kids
 

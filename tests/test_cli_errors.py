@@ -68,6 +68,8 @@ def test_service_commands(
         (tiresias, ["queue", "--coordinator", "garbage"], "coordinator address 'garbage'"),
         (tiresias, ["submit", "--workers", HUGE, SCRIPT], "expected a whole number"),
         (tiresias, ["submit", "--env", "NOVALUE", SCRIPT], "expected NAME=VALUE"),
+        (tiresias, ["submit", "--workers", "2", "--gpus", "3", SCRIPT], "must equal 'workers'"),
+        (tiresias, ["submit", "--ps", "1", "--horovod", SCRIPT], "are exclusive"),
         (tiresias, ["submit", "--timeout", "-1", SCRIPT], "expected seconds > 0"),
         (tiresias, ["status", "--since", "yesterday"], "expected a duration (90s, 30m"),
         (tiresias, ["keys", "generate", "/proc/no/such/dir"], "keys generate"),
@@ -77,6 +79,7 @@ def test_service_commands(
         (run, ["--workers", HUGE, SCRIPT], "expected a whole number"),
         (run, ["--workers", "1000000000", SCRIPT], "at most 1024 GPUs"),
         (run, ["--grace", "-1", SCRIPT], "expected seconds >= 0"),
+        (run, ["--ps", "1", "--horovod", SCRIPT], "'ps' and 'horovod' are exclusive"),
         (run, [*state, "--bind", "garbage", SCRIPT], "--bind garbage"),
         (run, [*state, "--thresholds", "-5", SCRIPT], "thresholds must be positive"),
     ]

@@ -23,6 +23,7 @@ from typing import Any, NoReturn
 from tiresias_launch import env as E
 from tiresias_launch.checkpoint import Checkpoint, CheckpointStore
 from tiresias_launch.contract import EXIT_CHECKPOINTED
+from tiresias_launch.procfs import start_ticks
 from tiresias_launch.report import Reporter, checkpoint_line, resume_line
 from tiresias_launch.signals import PreemptFlag
 
@@ -36,8 +37,7 @@ ReduceSum = Callable[[Sequence[float]], Sequence[float]]
 def process_start_time() -> float:
     """Wall-clock time this process was started (Linux /proc), else now."""
     try:
-        with open("/proc/self/stat") as fh:
-            ticks = int(fh.read().rsplit(")", 1)[1].split()[19])
+        ticks = start_ticks()
         with open("/proc/stat") as fh:
             btime = next(int(line.split()[1]) for line in fh if line.startswith("btime"))
         return btime + ticks / os.sysconf("SC_CLK_TCK")

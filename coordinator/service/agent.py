@@ -30,6 +30,7 @@ import zmq
 
 from coordinator import protocol
 from coordinator.argtypes import positive_seconds
+from coordinator.protocol import PartOutcome
 from coordinator.service.client import ADDRESS_ENV as COORDINATOR_ENV
 from coordinator.service.client import client_keys, dealer, default_address
 from coordinator.service.identity import user_name
@@ -214,27 +215,29 @@ class Part:
     def alive(self) -> list[Proc]:
         return [p for p in self.procs if p.code is None]
 
-    def outcome(self) -> str:
+    def outcome(self) -> PartOutcome:
         """Part outcome: failed beats everything; then a chief that finished before any
         preemption signal; then checkpoints. A part stopped by the preemption signal is
         ``checkpointed`` only when its chief exited 75; any other end (killed by the signal
         or at the deadline, or exit 0 from a framework that caught the signal and returned
         normally) is ``preempted``: stopped without a checkpoint, to be restarted."""
         if self.failed:
-            return "failed"
+            return PartOutcome.FAILED
         codes = [p.code for p in self.procs]
         if self.chief_done:
-            return "completed"
+            return PartOutcome.COMPLETED
         if self.stopping == "preempt":
             chief = [p.code for p in self.procs if p.role == "chief"] or codes
-            return "checkpointed" if chief[0] == EXIT_CHECKPOINTED else "preempted"
+            return (
+                PartOutcome.CHECKPOINTED if chief[0] == EXIT_CHECKPOINTED else PartOutcome.PREEMPTED
+            )
         if all(c == 0 for c in codes):
-            return "completed"
+            return PartOutcome.COMPLETED
         if self.unprompted_checkpoint:
-            return "checkpointed"
+            return PartOutcome.CHECKPOINTED
         if self.unprompted_preemption:
-            return "preempted"
-        return "killed"
+            return PartOutcome.PREEMPTED
+        return PartOutcome.KILLED
 
 
 class Agent:
@@ -364,7 +367,7 @@ class Agent:
                 "node": self.name,
                 "job_id": part.job_id,
                 "restart": part.restart,
-                "outcome": part.outcome(),
+                "outcome": part.outcome().value,
                 "processes": [
                     {
                         "role": p.role,
@@ -468,10 +471,7 @@ class Agent:
         program, unknown owner) is a process that exited 127, with the reason as its log
         tail."""
         path = logdir / f"{spec['role']}-{spec['task_index']}.log"
-        env = {**os.environ, **spec["env"]}
-        env["CUDA_VISIBLE_DEVICES"] = spec["env"].get(
-            "CUDA_VISIBLE_DEVICES", ",".join(map(str, spec["gpus"]))
-        )
+        env = {**os.environ, **spec["env"]}  # the planner set CUDA_VISIBLE_DEVICES
         env[COORDINATOR_ENV] = self.coordinator  # the route this node knows works
         if self.keys is not None:  # the runtime reports with its job's token over CURVE
             env[SERVER_KEY] = self.keys.server_public.decode()
