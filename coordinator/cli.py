@@ -25,6 +25,7 @@ from coordinator.gang import GangRequest
 from coordinator.service import keys as curve
 from coordinator.service.client import Client, RequestError, client_keys, default_address
 from coordinator.service.views import checkpoint_text, exit_text, lost_text
+from coordinator.service.why import history_lines, pending_line, position_text, why_waiting
 from tiresias_launch.report import resume_line
 
 #: ``submit``'s and ``tiresias-run``'s script argument.
@@ -75,6 +76,8 @@ JOB_COLUMNS: list[tuple[str, Callable]] = [
     ("GPUS", lambda j: j["gpus"]),
     ("QUEUE", lambda j: _queue(j["queue"])),
     ("PRIORITY", lambda j: _num(j["priority"], "{:.4g}")),
+    # place in line of a waiting job: "Q2 #3" (the reasons follow the table)
+    ("LINE", lambda j: position_text(j.get("pending"))),
     ("ATTAINED", lambda j: f"{j['attained']:.1f} GPU·s"),
     ("WAITING", lambda j: _dur(j["waiting"])),
     ("SKEW", lambda j: _num(j["skew"])),
@@ -119,9 +122,13 @@ def format_job(j: dict[str, Any]) -> str:
         lines.append(f"lost       {lost_text(j.get('lost'))}")
     if j.get("last_exit"):
         lines.append(f"last exit  {exit_text(j['last_exit'])}")
+    if j.get("pending"):
+        lines.append(f"waiting    {pending_line(j).split('  ', 1)[1]}")
     if j.get("log_tail"):
         lines.append("log tail of the failing process:")
         lines += ["  " + line for line in j["log_tail"].rstrip().splitlines()[-10:]]
+    if j.get("history"):
+        lines += ["history:", *history_lines(j["history"])]
     return "\n".join(lines)
 
 
@@ -223,14 +230,19 @@ def cmd_status(client: Client, args: argparse.Namespace) -> int:
         _print(args, job, format_job)
     else:
         jobs = list_jobs(client, "status", all=args.all, since=args.since, user=args.user)
-        _print(args, jobs, lambda js: table(js, JOB_COLUMNS))
+        _print(args, jobs, jobs_text)
     return 0
+
+
+def jobs_text(jobs: list[dict[str, Any]]) -> str:
+    """A table of jobs, then why each waiting one waits."""
+    return "\n".join([table(jobs, JOB_COLUMNS), *why_waiting(jobs)])
 
 
 def cmd_queue(client: Client, args: argparse.Namespace) -> int:
     jobs = list_jobs(client, "queue", user=args.user)
     jobs.sort(key=lambda j: (j["state"] != "running", j["queue"], j["priority"] or 0))
-    _print(args, jobs, lambda js: table(js, JOB_COLUMNS))
+    _print(args, jobs, jobs_text)
     return 0
 
 

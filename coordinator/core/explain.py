@@ -65,13 +65,33 @@ def duration_text(seconds: float) -> str:
     return f"{s // 86400}d{s % 86400 // 3600:02d}h"
 
 
+def gpus_text(n: int) -> str:
+    return f"{n} GPU{'s' * (n != 1)}"
+
+
 def queue_name(index: int) -> str:
     """Queues as the paper writes them: Q1 (highest priority) … QK."""
     return f"Q{index + 1}"
 
 
+@dataclass(frozen=True)
+class _Ahead:
+    """The jobs that take GPUs before a waiting job: ``jobs`` ranked ahead of it (``gpus``,
+    per queue), plus running jobs inside their minimum run time whatever their rank."""
+
+    jobs: int = 0
+    gpus: int = 0
+    by_queue: tuple[tuple[int, int], ...] = ()
+    guarded: tuple[Job, ...] = ()
+    fixed: Job | None = None  # the first running one ahead that cannot be checkpointed
+
+    @property
+    def total_gpus(self) -> int:
+        return self.gpus + sum(j.gpus for j in self.guarded)
+
+
 def explain(sched: Scheduler, now: float) -> dict[str, Pending]:
-    """Every WAITING job's place and reason, in the policy's order."""
+    """Every WAITING job's place and reason, in the policy's order. O(active jobs)."""
     policy = sched.policy
     order = [policy.job(k) for k in policy.waiting_order()]
     if not order:
@@ -85,8 +105,10 @@ def explain(sched: Scheduler, now: float) -> dict[str, Pending]:
     releasing = [j for j in holders if j.state is JobState.PREEMPTING and not j.cancel_requested]
     if policy.preemptive:
         turns = _preemptive_turns(sched, order, capacity, now)
-    else:
-        turns = {j.job_id: None for j in order}  # decided below, against free GPUs
+    else:  # running jobs hold their GPUs whatever their rank; decided against free GPUs
+        running = [j for j in holders if j.state is JobState.RUNNING]
+        held = _Ahead(len(running), sum(j.gpus for j in running))
+        turns = dict.fromkeys((j.job_id for j in order), held)
     out: dict[str, Pending] = {}
     per_queue: dict[int, int] = {}
     blocker: Job | None = None
@@ -94,14 +116,12 @@ def explain(sched: Scheduler, now: float) -> dict[str, Pending]:
     for overall, job in enumerate(order, 1):
         per_queue[job.queue] = per_queue.get(job.queue, 0) + 1
         ahead = turns[job.job_id]
-        if ahead is None:  # non-preemptive: running jobs hold their GPUs whatever their rank
-            ahead = [j for j in holders if j.state is JobState.RUNNING]
         n_free = sum(left.values())
         if job.gpus > capacity:
             reason, text = "nodes", _nodes_text(job, capacity)
         elif blocker is not None:
             reason, text = "blocked", _blocked_text(blocker, policy.name)
-        elif turns[job.job_id] is not None and not _has_turn(job, turns[job.job_id], capacity):
+        elif policy.preemptive and ahead.total_gpus + job.gpus > capacity:
             reason, text = "gpus", _gpus_text(job, n_free, ahead, capacity, sched, now)
         elif job.gpus > n_free:
             if policy.preemptive and releasing:
@@ -131,49 +151,55 @@ def explain(sched: Scheduler, now: float) -> dict[str, Pending]:
             gpus=job.gpus,
             free_gpus=sum(free.values()),
             capacity=capacity,
-            ahead=len(ahead),
-            ahead_gpus=sum(j.gpus for j in ahead),
+            ahead=ahead.jobs + len(ahead.guarded),
+            ahead_gpus=ahead.total_gpus,
             promotion_at=promotion,
         )
     return out
 
 
-def _has_turn(job: Job, ahead: list[Job], capacity: int) -> bool:
-    return sum(j.gpus for j in ahead) + job.gpus <= capacity
-
-
 def _preemptive_turns(
     sched: Scheduler, order: list[Job], capacity: int, now: float
-) -> dict[str, list[Job] | None]:
+) -> dict[str, _Ahead]:
     """For each waiting job, the jobs that take GPUs before it in a preemptive pass: running
     jobs inside their minimum run time (whatever their rank), then, in the policy's merged
     order, running jobs that fit and waiting jobs that fit (the scheduler's selection)."""
     policy = sched.policy
     rkeys, _ = policy.running_order(now)
     guards = sched.guards()
-    guarded = [policy.job(k) for k in rkeys if guards.get(k[-1], -math.inf) > now]
-    taken: list[Job] = list(guarded)
+    guarded = tuple(policy.job(k) for k in rkeys if guards.get(k[-1], -math.inf) > now)
+    guarded_ids = {j.job_id for j in guarded}
     budget = capacity - sum(j.gpus for j in guarded)
-    turns: dict[str, list[Job] | None] = {}
+    jobs = gpus = 0
+    by_queue: dict[int, int] = {}
+    fixed: Job | None = None
+    turns: dict[str, _Ahead] = {}
     r = 0
-    keys = policy.waiting_order()
-    for wk, job in zip(keys, order, strict=True):
+
+    def take(j: Job) -> None:
+        nonlocal budget, jobs, gpus
+        budget -= j.gpus
+        jobs += 1
+        gpus += j.gpus
+        by_queue[j.queue] = by_queue.get(j.queue, 0) + 1
+
+    for wk, job in zip(policy.waiting_order(), order, strict=True):
         while r < len(rkeys) and rkeys[r] < wk:
             running = policy.job(rkeys[r])
-            if running not in guarded and running.gpus <= budget:
-                budget -= running.gpus
-                taken.append(running)
+            if running.job_id not in guarded_ids and running.gpus <= budget:
+                take(running)
+                if fixed is None and not running.checkpointable:
+                    fixed = running
             r += 1
-        turns[job.job_id] = list(taken)
+        turns[job.job_id] = _Ahead(jobs, gpus, tuple(sorted(by_queue.items())), guarded, fixed)
         if job.gpus <= budget:
-            budget -= job.gpus
-            taken.append(job)
+            take(job)
     return turns
 
 
 def _nodes_text(job: Job, capacity: int) -> str:
     return (
-        f"needs {job.gpus} GPUs but the nodes that are up have {capacity}: "
+        f"needs {gpus_text(job.gpus)} but the nodes that are up have {capacity}: "
         f"it waits for a node to come back"
     )
 
@@ -183,54 +209,50 @@ def _blocked_text(head: Job, policy: str) -> str:
 
 
 def _gpus_text(
-    job: Job, n_free: int, ahead: list[Job], capacity: int, sched: Scheduler, now: float
+    job: Job, n_free: int, ahead: _Ahead, capacity: int, sched: Scheduler, now: float
 ) -> str:
-    guards = sched.guards()
-    guarded = [j for j in ahead if guards.get(j.job_id, -math.inf) > now]
-    ranked = [j for j in ahead if j not in guarded]
-    one = len(ranked) == 1
+    one = ahead.jobs == 1
     if sched.policy.preemptive:
-        counts: dict[int, int] = {}
-        for j in ranked:
-            counts[j.queue] = counts.get(j.queue, 0) + 1
-        where = ", ".join(f"{queue_name(q)}: {n}" for q, n in sorted(counts.items()))
+        where = ", ".join(f"{queue_name(q)}: {n}" for q, n in ahead.by_queue)
         queued = hasattr(sched.policy, "thresholds")
-        who = f"the {len(ranked)} job{'s' * (not one)} ahead of it" + (
+        who = f"the {ahead.jobs} job{'s' * (not one)} ahead of it" + (
             f" ({where})" if queued else ""
         )
         verb = "holds or needs" if one else "hold or need"
     else:
-        who = f"{len(ranked)} running job{'s' * (not one)}"
+        who = f"{ahead.jobs} running job{'s' * (not one)}"
         verb = "holds" if one else "hold"
     parts = []
-    if ranked:
-        parts.append(f"{who} {verb} {sum(j.gpus for j in ranked)} of {capacity}")
-    if guarded:
-        until = min(guards[j.job_id] for j in guarded)
-        names = ", ".join(j.job_id for j in guarded)
+    if ahead.jobs:
+        parts.append(f"{who} {verb} {ahead.gpus} of {capacity}")
+    if ahead.guarded:
+        guards = sched.guards()
+        until = min(guards[j.job_id] for j in ahead.guarded)
+        names = ", ".join(j.job_id for j in ahead.guarded[:3]) + (
+            " …" if len(ahead.guarded) > 3 else ""
+        )
         parts.append(
             f"{names} may not be preempted for {duration_text(until - now)} (minimum run time)"
         )
-    fixed = [j for j in ranked if j.state is JobState.RUNNING and not j.checkpointable]
-    if fixed and sched.policy.preemptive:
-        parts.append(f"{fixed[0].job_id} cannot be checkpointed, so it keeps its GPUs first")
-    return f"waiting for {job.gpus} GPUs ({n_free} free): " + "; ".join(parts)
+    if ahead.fixed is not None:
+        parts.append(f"{ahead.fixed.job_id} cannot be checkpointed, so it keeps its GPUs first")
+    return f"waiting for {gpus_text(job.gpus)} ({n_free} free): " + "; ".join(parts)
 
 
 def _releasing_text(releasing: list[Job]) -> str:
     names = ", ".join(j.job_id for j in releasing[:3]) + (" …" if len(releasing) > 3 else "")
     gpus = sum(j.gpus for j in releasing)
-    return f"its turn has come: waiting for {names} to checkpoint and free {gpus} GPUs"
+    return f"its turn has come: waiting for {names} to checkpoint and free {gpus_text(gpus)}"
 
 
 def _placement_text(job: Job, free: Mapping[str, int], nodes: Mapping[str, Node]) -> str:
     largest = max(free.values(), default=0)
     if job.gpus <= max((len(nodes[n].gpus) for n in free), default=0):
-        return f"needs {job.gpus} GPUs on one node; the largest free block is {largest}"
+        return f"needs {gpus_text(job.gpus)} on one node; the largest free block is {largest}"
     whole = [n for n, f in free.items() if f == len(nodes[n].gpus)]
     return (
-        f"needs {job.gpus} GPUs on entirely free nodes; {len(whole)} node"
-        f"{'s' * (len(whole) != 1)} ({sum(free[n] for n in whole)} GPUs) are entirely free"
+        f"needs {gpus_text(job.gpus)} on entirely free nodes; {len(whole)} node"
+        f"{'s' * (len(whole) != 1)} ({gpus_text(sum(free[n] for n in whole))}) entirely free"
     )
 
 

@@ -32,6 +32,7 @@ import zmq
 from coordinator import protocol
 from coordinator.core import events
 from coordinator.core.config import DEFAULT_QUEUE_ORDER, DEFAULT_QUEUE_THRESHOLDS
+from coordinator.core.explain import explain
 from coordinator.core.gittins import ServiceDistribution
 from coordinator.core.model import (
     CoreError,
@@ -54,6 +55,7 @@ from coordinator.service import identity, profiler
 from coordinator.service import keys as curve
 from coordinator.service.agent import SETTLE
 from coordinator.service.client import DEFAULT_ADDRESS
+from coordinator.service.history import History
 from coordinator.service.metrics import Metrics
 from coordinator.service.store import Store
 from coordinator.service.views import job_view, node_view
@@ -269,6 +271,7 @@ class Coordinator:
                 self.sched.apply(event)
             except CoreError as e:  # it failed live too, and was journaled regardless
                 log.debug("replayed %s failed again: %s", kind, e)
+        self.history = History(self.store.db, self.sched)
         # in submission order (j1, j2, …): listings page through it
         self.records: dict[str, dict[str, Any]] = dict(
             sorted(self.store.jobs(), key=lambda item: int(item[0][1:]))
@@ -330,6 +333,10 @@ class Coordinator:
 
     def _save(self, job_id: str) -> None:
         self.store.put_job(job_id, self.records[job_id])
+
+    def _step(self, job_id: str) -> int | None:
+        """The training step the job last reported (for its history)."""
+        return (self.records.get(job_id, {}).get("progress") or {}).get("step")
 
     def _key(self, job_id: str) -> str:
         """The job's storage key: its checkpoint directory and its log directory on nodes."""
@@ -446,6 +453,7 @@ class Coordinator:
             decisions = self._core(events.Schedule(now))
             self.metrics.pass_latency.observe(time.perf_counter() - t0)
             self._act(decisions)
+            self.history.record(self.sched, now, self._step)
 
     # --- decisions → commands -----------------------------------------------------------
     def _act(self, decisions: list[Decision]) -> None:
@@ -917,6 +925,7 @@ class Coordinator:
             self._record("status", msg["job_id"])
             view = self._views([self.sched.job(msg["job_id"])], now)[0]
             view["packlimit"] = getattr(self.sched.placement, "packlimit", None)
+            view["history"] = self.history.of(msg["job_id"])
             return {"job": _fit(view, LIST_BUDGET)}
         return self._listing(msg, history=True)
 
@@ -1171,10 +1180,12 @@ class Coordinator:
             key=lambda j: self.sched.policy.key(j, now),
         )
         ranks = {j.job_id: i for i, j in enumerate(active, 1)}
+        pending = explain(self.sched, now)
         views = []
         for j in jobs:
             rec = self.records.get(j.job_id, {"request": {}})
             view = job_view(j, rec, now, ranks.get(j.job_id))
+            view["pending"] = pending[j.job_id].to_dict() if j.job_id in pending else None
             if not self._may_manage(rec):
                 view["log_tail"] = None  # log content is the owner's
             views.append(view)

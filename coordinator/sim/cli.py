@@ -4,6 +4,7 @@ policies and compare them."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import shlex
@@ -251,6 +252,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     o = p.add_argument_group("output")
     o.add_argument("--out", type=Path, metavar="DIR", help="write per-job CSVs, JSON, CDF plot")
+    o.add_argument(
+        "--reasons",
+        action="store_true",
+        help="with --out: also write each job's pending reasons and history in words, as "
+        "tiresias queue and status tell them live (reasons-POLICY.jsonl, and main_reason in "
+        "the per-job CSV); costs O(active jobs) per event, so large traces take much longer "
+        "(default: off)",
+    )
     o.add_argument("--json", action="store_true", help="print only JSON metrics to stdout")
     o.add_argument(
         "--bins-gpus",
@@ -304,6 +313,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         for name in args.policy:  # reject bad knobs before minutes of simulation
             build_scheduler(core_settings(name, options), nodes)
+        if args.reasons and not args.out:
+            raise ValueError("--reasons needs --out DIR (they are written there)")
         if args.out:  # and a place the results cannot be written to
             _writable_dir(args.out)
         trace = load_trace(
@@ -322,6 +333,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.exit(2, "tiresias-sim: error: no jobs in the trace (or in the slice)\n")
     if args.sweep:
         return _sweep(parser, args, trace.specs, nodes, options)
+    if args.reasons:  # each job's reasons and history go into the per-job outputs
+        options = dataclasses.replace(options, explain=True)
     results = [_run(trace.specs, nodes, name, options, args.no_progress) for name in args.policy]
     _report_refused(results)
     bins = Bins(args.bins_gpus, args.bins_duration)

@@ -16,6 +16,8 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
+from coordinator.core.explain import explain
+from coordinator.core.history import Timeline
 from coordinator.core.model import (
     CoreError,
     Decision,
@@ -65,6 +67,9 @@ class SimOptions:
     # Keep every decision with its time in SimResult.decisions (tests compare orders). Off by
     # default: on a long trace a time-sharing policy's log alone takes a gigabyte.
     keep_decisions: bool = False
+    # Keep each job's pending reasons and history in words (JobRecord.reasons, .history), as
+    # the live service tells them (coordinator.core.explain and .history); --out writes them.
+    explain: bool = False
 
 
 @dataclass
@@ -80,6 +85,10 @@ class JobRecord:
     queueing: float = 0.0  # total time WAITING (before the first start and after preemptions)
     preemptions: int = 0
     model: str | None = None
+    # with SimOptions.explain: (time, queue, reason, text) each time the reason or queue of
+    # its wait changed, and (time, text) of each event of its history
+    reasons: list[tuple[float, int, str, str]] = field(default_factory=list)
+    history: list[tuple[float, str]] = field(default_factory=list)
 
     @property
     def jct(self) -> float:
@@ -174,6 +183,8 @@ class _Simulation:
         self.runs: dict[str, _Run] = {}
         self.events: list[tuple[float, int, int, str, int]] = []  # time, kind, seq, job, ver
         self.seq = 0
+        self.timeline = Timeline() if opts.explain else None
+        self.records: dict[str, JobRecord] = {}  # every job submitted, with explain
 
     def run(self, progress: Callable[[int], None] | None) -> SimResult:
         specs, sched, result = self.specs, self.sched, self.result
@@ -197,6 +208,8 @@ class _Simulation:
                 nxt += 1
                 result.events += 1
             self._schedule(now)
+            if self.timeline is not None:
+                self._explain(now)
             if done and progress:
                 progress(done)
             wakeup = sched.next_wakeup(now)
@@ -253,7 +266,19 @@ class _Simulation:
             spec.job_id, spec.gpus, spec.arrival, float(spec.duration or 0.0), model=spec.model
         )
         self.runs[spec.job_id] = _Run(spec, record, ckpt, restore, wait_since=now)
+        if self.timeline is not None:
+            self.records[spec.job_id] = record
         return True
+
+    def _explain(self, now: float) -> None:
+        """Note what happened at ``now`` and why each waiting job waits, when that changed."""
+        assert self.timeline is not None
+        for e in self.timeline.observe(self.sched, now):
+            self.records[e.job_id].history.append((e.time, e.text))
+        for p in explain(self.sched, now).values():
+            reasons = self.records[p.job_id].reasons
+            if not reasons or reasons[-1][1:3] != (p.queue, p.reason):
+                reasons.append((now, p.queue, p.reason, p.text))
 
     def _schedule(self, now: float) -> None:
         """Passes at ``now`` while they free GPUs: a preemption whose checkpoint is free exits

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -181,6 +182,7 @@ def write_outputs(out: Path, results: Sequence[SimResult], bins: Bins, meta: dic
                     "jct",
                     "queueing",
                     "preemptions",
+                    "main_reason",
                 ]
             )
             for j in r.jobs:
@@ -195,9 +197,16 @@ def write_outputs(out: Path, results: Sequence[SimResult], bins: Bins, meta: dic
                         j.jct,
                         j.queueing,
                         j.preemptions,
+                        main_reason(j),
                     ]
                 )
         written.append(path)
+        if any(j.reasons or j.history for j in r.jobs):
+            path = out / f"reasons-{r.policy}.jsonl"
+            with path.open("w") as f:
+                for j in r.jobs:
+                    f.write(json.dumps(reasons_doc(j), allow_nan=False) + "\n")
+            written.append(path)
     doc = {
         "policies": {r.policy: summary(r) for r in results},
         "bins": {"gpus": bins.gpus, "duration": bins.duration}
@@ -210,6 +219,32 @@ def write_outputs(out: Path, results: Sequence[SimResult], bins: Bins, meta: dic
     written.append(path)
     written.append(_plot_cdf(out / "jct_cdf.png", results))
     return written
+
+
+def reasons_doc(job: JobRecord) -> dict[str, object]:
+    """One job's pending reasons and history, as ``reasons-POLICY.jsonl`` has them."""
+    return {
+        "job_id": job.job_id,
+        "main_reason": main_reason(job),
+        "reasons": [
+            {"time": t, "queue": q, "reason": reason, "text": text}
+            for t, q, reason, text in job.reasons
+        ],
+        "history": [{"time": t, "text": text} for t, text in job.history],
+    }
+
+
+def main_reason(job: JobRecord) -> str | None:
+    """The reason the job waited under longest (None: it never waited after a pass). A wait
+    under a reason lasts until the next reason or the job's next start."""
+    starts = [t for t, text in job.history if text.startswith(("started", "restarted"))]
+    waited: dict[str, float] = {}
+    for i, (t, _, reason, _) in enumerate(job.reasons):
+        end = job.reasons[i + 1][0] if i + 1 < len(job.reasons) else math.inf
+        end = min([end, *(s for s in starts if s > t)])
+        if math.isfinite(end):
+            waited[reason] = waited.get(reason, 0.0) + end - t
+    return max(waited, key=lambda k: waited[k]) if waited else None
 
 
 def _plot_cdf(path: Path, results: Sequence[SimResult]) -> Path:

@@ -18,6 +18,7 @@ from coordinator.core import (
     make_policy,
 )
 from coordinator.core.explain import duration_text, explain
+from coordinator.core.history import Event, Timeline
 from coordinator.core.replay import Replay
 from tests.core.test_properties import PROPS, policy_of, workloads
 
@@ -187,3 +188,40 @@ def test_after_every_pass_the_reasons_agree_with_the_next_pass(policy: str, w: t
         assert all(s.job(j).state is JobState.WAITING for j in why)
         assert [p.overall for p in why.values()] == list(range(1, len(why) + 1))
         assert {p.reason for p in why.values()} <= {"gpus", "blocked", "placement", "nodes"}
+
+
+def test_timeline_tells_each_job_in_words() -> None:
+    s = sched(gpus=(2, 2), queue_thresholds=(100.0,))
+    t = Timeline()
+    steps = {"j1": 40}
+    submit(s, "j1", 4)
+    s.schedule(0.0)
+    seen = [(e.job_id, e.time, e.text) for e in t.observe(s, 0.0, steps.get)]
+    assert seen == [("j1", 0.0, "submitted"), ("j1", 0.0, "started on n0:0,1 n1:0,1")]
+    submit(s, "j2", 2, now=10.0)
+    s.schedule(10.0)
+    assert t.observe(s, 10.0) == [Event("j2", 10.0, "submitted", "submitted")]
+    assert s.schedule(25.0) == [Preempt("j1")]
+    assert [(e.kind, e.text) for e in t.observe(s, 25.0, steps.get)] == [
+        ("demoted", "demoted to Q2: its service passed 100 GPU-s"),
+        ("preempted", "preempted at step 40 for j2 (Q1)"),
+    ]
+    s.exited("j1", 26.0, CP)
+    s.schedule(26.0)
+    assert [e.text for e in t.observe(s, 26.0)] == ["started on n0:0,1"]
+    assert s.node_down("n0", 30.0) == ["j2"]
+    s.exited("j2", 30.0, ExitOutcome.LOST)
+    s.schedule(30.0)
+    assert [e.text for e in t.observe(s, 30.0)] == [
+        "stopped: node n0 went down",
+        "restarted on n1:0,1 (restart 1)",
+    ]
+    s.exited("j2", 40.0, ExitOutcome.COMPLETED)
+    s.cancel("j1", 41.0)
+    assert [(e.job_id, e.text) for e in t.observe(s, 41.0)] == [
+        ("j1", "cancelled"),
+        ("j2", "completed after 14s of run time"),
+    ]
+    fresh = Timeline()
+    fresh.prime(s)
+    assert fresh.observe(s, 41.0) == []

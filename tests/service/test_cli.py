@@ -39,9 +39,9 @@ def test_waiting_job_logs_queue_names_and_cancel(cluster: Cluster) -> None:
     logs = cluster.cli("logs", waiting)
     assert logs.stdout == "" and f"{waiting} has no logs yet: it has not started" in logs.stderr
     # queues are Q1… in every text view; JSON carries the 0-based index
-    assert all(row.split()[3] == "Q1" for row in cluster.cli("queue").stdout.splitlines()[1:]), (
-        cluster.cli("queue").stdout
-    )
+    table, why = cluster.cli("queue").stdout.split("\n\nwhy waiting:\n")
+    assert all(row.split()[3] == "Q1" for row in table.splitlines()[1:]), table
+    assert why.startswith(f"  {waiting}  Q1 #1, 1st overall: waiting for 1 GPU (0 free)"), why
     assert "queue      Q1 " in cluster.cli("status", waiting).stdout
     assert json.loads(cluster.cli("status", waiting, "--json").stdout)["queue"] == 0
 

@@ -147,3 +147,55 @@ def test_shipped_traces_by_name_from_any_directory(
     assert by_name == by_path and by_name["policies"]["tiresias-g"]["avg_jct"] > 0
     philly = run_json(capsys, "philly", "--limit", "200", "--cluster", "8x8", "--policy", "srsf")
     assert philly["policies"]["srsf"]["makespan"] > 0
+
+
+def test_out_with_reasons_tells_why_each_job_waited(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """Job 1 (4 GPUs) is demoted at 25 s; jobs 2 and 3 (Q1) wait for GPUs, then for job 1
+    to checkpoint (5 s), then job 1 waits in Q2 for them."""
+    trace = tmp_path / "t.csv"
+    trace.write_text(
+        "job_id,num_gpu,submit_time,iterations,model_name,duration,interval\n"
+        "1,4,0,1,,100,0\n2,2,10,1,,20,0\n3,2,10,1,,20,0\n"
+    )
+    out = tmp_path / "res"
+    args = [str(trace), "--cluster", "1x4", "--thresholds", "100", "--preempt-cost", "5"]
+    assert main([*args, "--policy", "tiresias-l", "--out", str(out), "--reasons"]) == 0
+    docs = {
+        d["job_id"]: d
+        for d in map(json.loads, (out / "reasons-tiresias-l.jsonl").read_text().splitlines())
+    }
+    assert [(r["time"], r["queue"], r["reason"]) for r in docs["2"]["reasons"]] == [
+        (10.0, 0, "gpus"),
+        (25.0, 0, "releasing"),
+    ]
+    assert [r["text"] for r in docs["2"]["reasons"]] == [
+        "waiting for 2 GPUs (0 free): the 1 job ahead of it (Q1: 1) holds or needs 4 of 4; "
+        "it will be consolidated (skew not measured yet)",
+        "its turn has come: waiting for 1 to checkpoint and free 4 GPUs; "
+        "it will be consolidated (skew not measured yet)",
+    ]
+    assert docs["1"]["reasons"][0]["reason"] == "gpus"
+    assert docs["1"]["reasons"][0]["text"].startswith(
+        "waiting for 4 GPUs (0 free): the 2 jobs ahead of it (Q1: 2) hold or need 4 of 4; "
+        "in Q2 since its service passed 100 GPU-s (100 GPU-s attained); preempted 5s ago"
+    )
+    assert [(h["time"], h["text"]) for h in docs["1"]["history"]] == [
+        (0.0, "submitted"),
+        (0.0, "started on n000:0,1,2,3"),
+        (25.0, "demoted to Q2: its service passed 100 GPU-s"),
+        (25.0, "preempted for 2 (Q1), 3 (Q1)"),
+        (50.0, "restarted on n000:0,1,2,3 (restart 1)"),
+        (130.0, "completed after 1m of run time"),
+    ]
+    with (out / "jobs-tiresias-l.csv").open() as f:
+        assert {r["job_id"]: r["main_reason"] for r in csv.DictReader(f)} == {
+            "1": "gpus",
+            "2": "gpus",
+            "3": "gpus",
+        }
+    with pytest.raises(SystemExit) as e:
+        main([*args, "--policy", "tiresias-l", "--reasons"])
+    assert e.value.code == 2
+    assert "--reasons needs --out DIR" in capsys.readouterr().err

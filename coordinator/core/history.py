@@ -1,0 +1,192 @@
+"""Each job's story in words (submitted, started on …, demoted, preempted at step N for …,
+restarted …), told from what changed in the scheduler between two looks. Pure: the service
+looks after every pass and stores the events; the simulator looks after every instant and
+writes them per job (``tiresias-sim --out``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from typing import NamedTuple
+
+from coordinator.core.explain import duration_text, explain, queue_name
+from coordinator.core.model import Allocation, Job, JobState
+from coordinator.core.scheduler import Scheduler
+
+#: Event kinds, in the order one look tells them for a job.
+KINDS = (
+    "submitted",
+    "demoted",
+    "promoted",
+    "preempted",
+    "lost",
+    "cancelling",
+    "started",
+    "restarted",
+    "completed",
+    "failed",
+    "cancelled",
+)
+
+
+@dataclass(frozen=True)
+class Event:
+    job_id: str
+    time: float
+    kind: str
+    text: str
+
+    def to_dict(self) -> dict[str, object]:
+        return asdict(self)
+
+
+class _Seen(NamedTuple):
+    state: JobState
+    queue: int
+    preemptions: int
+    promotions: int
+    restarts: int
+    allocation: Allocation | None
+
+
+def _seen(job: Job) -> _Seen:
+    return _Seen(
+        job.state, job.queue, job.preemptions, job.promotions, job.restarts, job.allocation
+    )
+
+
+_NEW = _Seen(JobState.WAITING, 0, 0, 0, 0, None)
+
+
+def placement_text(alloc: Allocation) -> str:
+    """``n1:0,1 n2:0``: the GPUs of an allocation."""
+    return " ".join(f"{n}:{','.join(map(str, g))}" for n, g in alloc.gpus)
+
+
+class Timeline:
+    """Remembers each active job as last seen; ``observe`` returns what happened since.
+    ``prime`` takes a scheduler's current state as seen (after a restart: no events for the
+    past, which the shell has stored)."""
+
+    def __init__(self) -> None:
+        self._seen: dict[str, _Seen] = {}
+
+    def prime(self, sched: Scheduler) -> None:
+        self._seen = {j.job_id: _seen(j) for j in _active(sched)}
+
+    def observe(
+        self,
+        sched: Scheduler,
+        now: float,
+        step_of: Callable[[str], int | None] | None = None,
+    ) -> list[Event]:
+        """Events since the last look, job by job in submission order. ``step_of``: the
+        training step a job has reached (the service knows it; the simulator does not)."""
+        events: list[Event] = []
+        active = _active(sched)
+        changed = [
+            (j, old, cur) for j in active if (old := self._seen.get(j.job_id)) != (cur := _seen(j))
+        ]
+        started = [
+            j
+            for j, old, _ in changed
+            if j.state is JobState.RUNNING
+            and (old is None or old.state is not JobState.RUNNING or _ran_again(old, j))
+        ]
+        beneficiaries: list[Job] | None = None
+        for job, old, cur in changed:
+            if old is None:
+                events.append(Event(job.job_id, job.spec.arrival, "submitted", "submitted"))
+                old = _NEW
+            if job.preemptions > old.preemptions and beneficiaries is None:
+                releasing = [p for p in explain(sched, now).values() if p.reason == "releasing"]
+                beneficiaries = started + [sched.job(p.job_id) for p in releasing]
+            events += self._changes(sched, old, job, now, step_of, beneficiaries or [])
+            self._seen[job.job_id] = cur
+        if len(self._seen) > len(active):  # some finished
+            ids = {j.job_id for j in active}
+            for job_id in [k for k in self._seen if k not in ids]:
+                job, old = sched.job(job_id), self._seen.pop(job_id)
+                events += self._changes(sched, old, job, now, step_of, beneficiaries or started)
+        return events
+
+    def _changes(
+        self,
+        sched: Scheduler,
+        old: _Seen,
+        job: Job,
+        now: float,
+        step_of: Callable[[str], int | None] | None,
+        beneficiaries: list[Job],
+    ) -> list[Event]:
+        out: list[str] = []
+        kinds: list[str] = []
+
+        def tell(kind: str, text: str) -> None:
+            kinds.append(kind)
+            out.append(text)
+
+        thresholds = getattr(sched.policy, "thresholds", None)
+        if job.promotions > old.promotions:
+            tell("promoted", "promoted to Q1 (starvation: it waited long enough for its service)")
+        elif job.queue > old.queue and thresholds is not None:
+            tell(
+                "demoted",
+                f"demoted to {queue_name(job.queue)}: its service passed "
+                f"{thresholds[job.queue - 1]:,.0f} GPU-s",
+            )
+        step = step_of(job.job_id) if step_of else None
+        at = f" at step {step}" if step is not None else ""
+        stopped = old.state is JobState.RUNNING and (
+            job.state is not JobState.RUNNING or _ran_again(old, job)
+        )
+        if stopped and job.preemptions > old.preemptions:
+            others = [b for b in beneficiaries if b.job_id != job.job_id]
+            for_ = ", ".join(f"{b.job_id} ({queue_name(b.queue)})" for b in others[:3])
+            tell("preempted", f"preempted{at}" + (f" for {for_}" if for_ else ""))
+        elif stopped and job.cancel_requested:
+            tell("cancelling", f"stopping{at}: cancel requested")
+        elif stopped and job.state is not JobState.COMPLETED and job.state is not JobState.FAILED:
+            down = [
+                n
+                for n in (old.allocation.nodes if old.allocation else ())
+                if n not in sched.nodes()
+            ]
+            tell("lost", f"stopped{at}: node {', '.join(down) or '?'} went down")
+        if job.state is JobState.RUNNING and (
+            old.state is not JobState.RUNNING or _ran_again(old, job)
+        ):
+            assert job.allocation is not None
+            if job.restarts == 0:
+                tell("started", f"started on {placement_text(job.allocation)}")
+            else:
+                tell(
+                    "restarted",
+                    f"restarted on {placement_text(job.allocation)} (restart {job.restarts})",
+                )
+        if job.state.finished:
+            ran = duration_text(job.total_executed)
+            tell(
+                job.state.value,
+                {
+                    JobState.COMPLETED: f"completed after {ran} of run time",
+                    JobState.FAILED: f"failed{at} after {ran} of run time",
+                    JobState.CANCELLED: "cancelled",
+                }[job.state],
+            )
+        return [Event(job.job_id, now, k, t) for k, t in zip(kinds, out, strict=True)]
+
+
+def _ran_again(old: _Seen, job: Job) -> bool:
+    """Running now and then, but a run ended in between (the simulator's free checkpoints)."""
+    return old.state is JobState.RUNNING and job.restarts > old.restarts
+
+
+def _active(sched: Scheduler) -> list[Job]:
+    out = []
+    for job in sched.jobs():  # active jobs come first
+        if job.state.finished:
+            break
+        out.append(job)
+    return out
