@@ -35,7 +35,7 @@ from coordinator.core.model import CoreError, JobState
 from coordinator.core.policies import POLICY_NAMES
 from coordinator.gang import GangRequest
 from coordinator.service.agent import MAX_VIRTUAL_GPUS, Agent, discover_gpus, nvml_gpus
-from coordinator.service.cli import comma_floats
+from coordinator.service.cli import add_scheduling_options, comma_floats, scheduling_options
 from coordinator.service.client import Client, RequestError, client_keys
 from coordinator.service.coordinator import Coordinator, Options
 from coordinator.service.views import run_events
@@ -155,6 +155,7 @@ def parser() -> argparse.ArgumentParser:
         help="embedded mode: queue thresholds on attained GPU-seconds, comma-separated "
         f"(default {thresholds_text(DEFAULT_QUEUE_THRESHOLDS)})",
     )
+    add_scheduling_options(ap, mode="embedded mode: ")
     ap.add_argument("--curve-keys", default=None, help="CURVE key directory")
     ap.add_argument("--name", default=None, help="job name")
     ap.add_argument("-v", "--verbose", action="store_true", help="show service logs")
@@ -264,6 +265,7 @@ def main(argv: list[str] | None = None) -> int:
                 state=state,
                 grace=args.grace,
                 policy=args.policy,
+                **scheduling_options(args),
                 allow_root_jobs=True,  # your own coordinator runs your job as you, root or not
             )
             if args.thresholds is not None:

@@ -302,8 +302,14 @@ class Scheduler:
             if not (value >= 0 and math.isfinite(value)):
                 raise CoreError(f"job {job_id}: {name} cost must be >= 0 seconds, got {value}")
         job.checkpoint_cost, job.restore_cost = float(checkpoint_s), float(restore_s)
-        if not job.state.finished:
-            self.policy.changed(job, self._clock if self._clock is not None else 0.0)
+        if job.state.finished:
+            return
+        now = self._clock if self._clock is not None else 0.0
+        if job.state is JobState.RUNNING:  # its minimum run follows the cost it now knows
+            assert job.last_start is not None
+            self._guarded.pop(job_id, None)
+            self._guard(job, job.last_start, now)
+        self.policy.changed(job, now)
 
     def update_checkpointable(self, job_id: str, checkpointable: bool, now: float) -> None:
         """Whether the job can be checkpointed (its runtime says so at start); re-files it,
@@ -418,15 +424,16 @@ class Scheduler:
             return []
         return [t for t, k in enumerate(rkeys) if k[-1] in guarded]
 
-    def _guard(self, job: Job, now: float) -> None:
-        """Start ``job``'s minimum run time (``SchedulerConfig.min_run``/``min_run_restores``)."""
+    def _guard(self, job: Job, start: float, now: float) -> None:
+        """Guard ``job``, which started its run at ``start``, until the end of its minimum
+        run time (``SchedulerConfig.min_run``/``min_run_restores``) when that is after ``now``."""
         cfg = self.config
-        until = now + max(cfg.min_run, cfg.min_run_restores * job.restore_cost)
+        until = start + max(cfg.min_run, cfg.min_run_restores * job.restore_cost)
         if job.restarts:
             # a resumed job works at least as long as its restore took before it may be
             # preempted again: else preemptions as often as restores (a tick every <=
             # restore seconds) make every run restore and nothing more, forever
-            until = max(until, now + 2 * job.restore_cost)
+            until = max(until, start + 2 * job.restore_cost)
         if until > now:
             self._guarded[job.job_id] = until
             heapq.heappush(self._guard_heap, (until, job.job_id))
@@ -467,7 +474,7 @@ class Scheduler:
         job.wait_since = None
         self._count_waiting(job, -1)
         self._running[job.job_id] = job
-        self._guard(job, now)
+        self._guard(job, now, now)
         self.policy.changed(job, now)
         return Start(job.job_id, job.allocation)
 
@@ -546,7 +553,7 @@ class Scheduler:
             job = sched._active[job_id]
             sched._running[job_id] = job
             assert job.last_start is not None
-            sched._guard(job, job.last_start)  # a guard that has expired is dropped at a pass
+            sched._guard(job, job.last_start, job.last_start)  # expired: dropped at a pass
         for d in state["nodes"]:
             node = Node(d["name"], tuple(d["gpus"]), d["switch"])
             if d["up"]:

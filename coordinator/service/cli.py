@@ -8,14 +8,17 @@ from __future__ import annotations
 
 import argparse
 import logging
+import math
 import signal
 import sys
 from pathlib import Path
+from typing import Any
 
 import zmq
 
 from coordinator.argtypes import fraction, port, positive_count, positive_seconds, seconds
-from coordinator.core.config import DEFAULT_QUEUE_THRESHOLDS, thresholds_text
+from coordinator.core.config import DEFAULT_QUEUE_THRESHOLDS, QUEUE_ORDERS, thresholds_text
+from coordinator.core.gittins import GITTINS_VARIANTS
 from coordinator.core.model import CoreError
 from coordinator.core.placement import DEFAULT_PACKLIMIT, PLACEMENT_NAMES
 from coordinator.core.policies import POLICY_NAMES
@@ -32,6 +35,71 @@ def comma_floats(text: str) -> list[float]:
         return [float(x) for x in text.split(",") if x]
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r}: expected comma-separated numbers") from None
+
+
+def multiple(text: str) -> float:
+    """A factor: finite, >= 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not (value >= 0 and math.isfinite(value)):
+        raise argparse.ArgumentTypeError(f"expected a finite number >= 0, got {text!r}")
+    return value
+
+
+def add_scheduling_options(ap: argparse.ArgumentParser, mode: str = "") -> None:
+    """The scheduling options the simulator measured (docs/simulator.md), under
+    ``tiresias-sim``'s names; ``tiresias-run`` adds them with ``mode`` "embedded mode: "."""
+    ap.add_argument(
+        "--queue-order",
+        default=Options.queue_order,
+        choices=QUEUE_ORDERS,
+        help=f"{mode}order inside a tiresias queue: running jobs ahead of waiting ones, or "
+        "FIFO by first start (a preempted job may evict a later-started one) "
+        "(default %(default)s)",
+    )
+    ap.add_argument(
+        "--min-run",
+        type=seconds,
+        default=Options.min_run,
+        metavar="S",
+        help=f"{mode}a started job runs at least S seconds before it may be preempted "
+        "(default %(default)g: off)",
+    )
+    ap.add_argument(
+        "--min-run-restores",
+        type=multiple,
+        default=Options.min_run_restores,
+        metavar="X",
+        help=f"{mode}… and at least X times its restore cost, as its runtime measured it "
+        "(start-up, restore and first step) (default %(default)g: off)",
+    )
+    ap.add_argument(
+        "--cheap-victims",
+        action=argparse.BooleanOptionalAction,
+        default=Options.cheap_victims,
+        help=f"{mode}preempt the running jobs of a queue that are cheapest to stop and "
+        "restart first (checkpoint + restore seconds, as measured) (default: off)",
+    )
+    ap.add_argument(
+        "--learn-thresholds",
+        action=argparse.BooleanOptionalAction,
+        default=Options.learn_thresholds,
+        help=f"{mode}tiresias-l/-g: learn the queue thresholds from completed jobs' GPU "
+        "service (re-learned online; --thresholds is where they start) (default: off)",
+    )
+
+
+def scheduling_options(args: argparse.Namespace) -> dict[str, Any]:
+    """``Options`` fields from the flags ``add_scheduling_options`` added."""
+    return {
+        "queue_order": args.queue_order,
+        "min_run": args.min_run,
+        "min_run_restores": args.min_run_restores,
+        "cheap_victims": args.cheap_victims,
+        "learn_thresholds": args.learn_thresholds,
+    }
 
 
 def parser() -> argparse.ArgumentParser:
@@ -99,6 +167,20 @@ def parser() -> argparse.ArgumentParser:
         default=None,
         help="tiresias-g: CSV of past jobs' service (header 'duration', GPU-seconds) that "
         "seeds the Gittins distribution",
+    )
+    add_scheduling_options(ap)
+    ap.add_argument(
+        "--gittins-variant",
+        default=None,
+        choices=GITTINS_VARIANTS,
+        help="tiresias-g: Gittins index as the paper writes it or as the authors' "
+        "simulator computes it (default as-written)",
+    )
+    ap.add_argument(
+        "--gittins-fixed",
+        action="store_true",
+        help="tiresias-g: keep the distribution as seeded by --gittins-history, not "
+        "learning from completed jobs (default: it learns)",
     )
     ap.add_argument(
         "--heartbeat-timeout",
@@ -190,6 +272,9 @@ def options(args: argparse.Namespace) -> Options:
         packlimit=args.packlimit,
         interval=args.interval,
         gittins_history=args.gittins_history,
+        **scheduling_options(args),
+        gittins_variant=args.gittins_variant,
+        gittins_learn=not args.gittins_fixed,
         heartbeat_timeout=args.heartbeat_timeout,
         grace=args.grace,
         preempt_signal=args.preempt_signal,

@@ -55,6 +55,7 @@ from coordinator.service import identity, profiler
 from coordinator.service import keys as curve
 from coordinator.service.agent import SETTLE
 from coordinator.service.client import DEFAULT_ADDRESS
+from coordinator.service.costs import measured_costs
 from coordinator.service.history import History
 from coordinator.service.metrics import Metrics
 from coordinator.service.store import Store
@@ -102,6 +103,8 @@ class Options:
     min_run_restores: float = 0.0
     cheap_victims: bool = False
     learn_thresholds: bool = False
+    gittins_variant: str | None = None
+    gittins_learn: bool = True
     heartbeat_timeout: float = 10.0
     grace: float = 30.0
     preempt_signal: str = "SIGTERM"
@@ -1152,6 +1155,12 @@ class Coordinator:
             rec["checkpointable_why"] = msg.get("checkpointable_why")
             with self._atomic():
                 self._core(events.UpdateCheckpointable(job_id, said, self.clock.now()))
+                self._save(job_id)
+            self._dirty = True
+        costs = measured_costs(msg, self.sched.job(job_id))
+        if costs is not None:
+            with self._atomic():
+                self._core(costs)
                 self._save(job_id)
             self._dirty = True
         skew = self.skew_estimator(msg, rec["request"].get("ps", 0))

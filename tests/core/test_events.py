@@ -120,11 +120,12 @@ def test_apply_returns_the_decisions_and_replay_rebuilds_the_same_state() -> Non
     assert isinstance(start, Start) and start.job_id == "big"
     apply(UpdateCosts("big", 4.0, 8.0))
     apply(SetPackLimit(0.25))
-    apply(Submit(JobSpec("small", 1, arrival=6.0), 6.0))  # big is in Q1 by now
-    assert apply(Schedule(6.0)) == [Preempt("big")]
-    apply(Exited("big", 7.0, ExitOutcome.CHECKPOINTED))
-    assert [d.job_id for d in apply(Schedule(7.0))] == ["small"]
-    assert apply(Cancel("small", 8.0)) == [Kill("small")]
+    apply(Submit(JobSpec("small", 1, arrival=6.0), 6.0))  # big is in Q1 by now …
+    assert apply(Schedule(6.0)) == []  # … but runs at least its restore cost, until 8
+    assert apply(Schedule(8.0)) == [Preempt("big")]
+    apply(Exited("big", 9.0, ExitOutcome.CHECKPOINTED))
+    assert [d.job_id for d in apply(Schedule(9.0))] == ["small"]
+    assert apply(Cancel("small", 10.0)) == [Kill("small")]
 
     replayed = build_scheduler(settings)
     decisions = [replayed.apply(from_wire(kind, args)) for kind, args in journal]

@@ -231,6 +231,26 @@ def test_minimum_run_time_delays_preemption(
     assert (preempted(out), started(out)) == (["a"], ["b"])
 
 
+@pytest.mark.parametrize(("restore", "preempted_at"), [(40.0, 80.0), (10.0, 50.0)])
+def test_costs_measured_while_running_set_that_run_s_minimum(
+    restore: float, preempted_at: float
+) -> None:
+    """Live, the runtime measures its restore after the start: the guard of the run under
+    way follows (start + 2 × restore), whether that is longer or shorter than before."""
+    s = sched(gpus=(2,), queue_thresholds=(100.0,), min_run_restores=2.0)
+    s.submit(spec("a", 2, duration=None), 0)
+    s.update_costs("a", 0.0, 30.0)  # modelled before the start: guarded until 60
+    settle(s, 0)
+    s.submit(spec("b", 1, arrival=10, duration=None), 10)
+    assert settle(s, 10) == [] and s.guards() == {"a": 60.0}
+    s.update_costs("a", 1.0, restore)  # measured by the run
+    assert s.guards() == {"a": 2 * restore}
+    if preempted_at > 50.0:
+        assert settle(s, 50.0) == []
+    out = settle(s, preempted_at)
+    assert (preempted(out), started(out)) == (["a"], ["b"])
+
+
 @pytest.mark.parametrize(("cheap", "victim"), [(False, "x"), (True, "y")])
 def test_cheap_victims_preempts_the_cheapest_running_job_of_a_queue(
     cheap: bool, victim: str

@@ -8,6 +8,7 @@ import dataclasses
 import pytest
 
 from coordinator.core.settings import Settings, build_scheduler
+from coordinator.service import cli
 from coordinator.service.coordinator import Options
 from coordinator.sim.engine import SimOptions, core_settings
 
@@ -51,16 +52,42 @@ def test_live_and_simulated_options_give_the_same_settings() -> None:
         "learn_thresholds": True,
         "packlimit": 0.4,
         "placement": "spread",
+        "gittins_variant": "authors",
+        "gittins_learn": False,
     }
-    live = Options(policy="tiresias-l", **{**knobs, "thresholds": list(knobs["thresholds"])})
-    simulated = core_settings("tiresias-l", SimOptions(**knobs))  # type: ignore[arg-type]
+    live = Options(policy="tiresias-g", **{**knobs, "thresholds": list(knobs["thresholds"])})
+    simulated = core_settings("tiresias-g", SimOptions(**knobs))  # type: ignore[arg-type]
     assert live.settings() == simulated
-    assert simulated != core_settings("tiresias-l", SimOptions())
+    assert simulated != core_settings("tiresias-g", SimOptions())
     shared = {f.name for f in dataclasses.fields(Settings)} - {
         "policy",
         "queues",
         "gittins_samples",
-        "gittins_variant",
-        "gittins_learn",
     }
     assert shared == set(knobs)  # a new setting must be added to both shells
+
+
+def test_coordinator_flags_reach_the_core_settings() -> None:
+    flags = "--queue-order first-start --min-run 30 --min-run-restores 2 --cheap-victims"
+    flags += " --learn-thresholds --gittins-variant authors --gittins-fixed --policy tiresias-g"
+    args = cli.parser().parse_args(flags.split())
+    simulated = SimOptions(
+        queue_order="first-start",
+        min_run=30.0,
+        min_run_restores=2.0,
+        cheap_victims=True,
+        learn_thresholds=True,
+        gittins_variant="authors",
+        gittins_learn=False,
+    )
+    assert cli.options(args).settings() == core_settings("tiresias-g", simulated)
+
+
+@pytest.mark.parametrize("bad", ["--min-run-restores=-1", "--min-run=inf", "--queue-order=lifo"])
+def test_a_bad_scheduling_flag_is_one_line_and_exit_2(
+    bad: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        cli.parser().parse_args([bad])
+    assert exit_.value.code == 2
+    assert capsys.readouterr().err.splitlines()[-1].startswith("tiresias-coordinator: error:")

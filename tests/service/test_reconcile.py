@@ -15,6 +15,7 @@ from coordinator.core.events import SetPackLimit, from_wire, to_wire
 from coordinator.core.settings import build_scheduler, restore_scheduler, snapshot
 from coordinator.service.client import Client
 from coordinator.service.coordinator import Coordinator, Options
+from coordinator.service.store import Store
 
 from .conftest import in_process_coordinator, wait_until
 
@@ -118,3 +119,32 @@ def test_restart_with_other_scheduler_options_is_refused(tmp_path: Path) -> None
         ScriptedAgent(c.address, "n1", 1).close()  # journals the node: now there is history
     with pytest.raises(ValueError, match=r"created with thresholds=\[100.0\].*\[200.0\]"):
         Coordinator(Options(state=tmp_path, thresholds=[200.0]))
+
+
+@pytest.mark.parametrize(
+    ("option", "value"),
+    [
+        ("min_run", 30.0),
+        ("min_run_restores", 2.0),
+        ("cheap_victims", True),
+        ("queue_order", "first-start"),
+        ("learn_thresholds", True),
+    ],
+)
+def test_state_from_before_an_option_replays_at_its_default_only(
+    tmp_path: Path, option: str, value: object
+) -> None:
+    """A state directory whose options were recorded before ``option`` existed ran with its
+    default: a restart at the default replays it, one that changes it is refused."""
+    first = Options(bind=f"ipc://{tmp_path}/c.sock", state=tmp_path)
+    with in_process_coordinator(first) as c:
+        ScriptedAgent(c.address, "n1", 1).close()
+    store = Store(tmp_path)
+    with store.tx():
+        recorded = store.get_meta("core_options")
+        del recorded[option]  # as a coordinator of that time recorded them
+        store.set_meta("core_options", recorded)
+    store.close()
+    Coordinator(Options(state=tmp_path)).store.close()
+    with pytest.raises(ValueError, match=rf"created with {option}=.* but this start asks for"):
+        Coordinator(Options(state=tmp_path, **{option: value}))  # type: ignore[arg-type]
