@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs everything the test suite needs on a fresh Debian machine (run as root):
 # libibverbs headers for the profiler's verbs path, iproute2 for network-namespace tests,
+# chromium for the dashboard's headless-browser test,
 # this project with its test extras (TensorFlow 2.18.1 CPU), legacy Keras (no deps, so it does
 # not pull the GPU TensorFlow wheel), and Horovod 0.28.1 built from source with Gloo.
 set -euo pipefail
@@ -8,6 +9,7 @@ cd "$(dirname "$0")/.."
 need_apt=()
 [ -f /usr/include/infiniband/verbs.h ] || need_apt+=(libibverbs-dev)
 command -v ip >/dev/null || need_apt+=(iproute2)
+command -v chromium >/dev/null || need_apt+=(chromium)
 if [ ${#need_apt[@]} -gt 0 ]; then
   apt-get update -qq
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_apt[@]}" >/dev/null

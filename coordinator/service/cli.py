@@ -214,6 +214,20 @@ def parser() -> argparse.ArgumentParser:
         help="address the metrics port listens on (default %(default)s)",
     )
     ap.add_argument(
+        "--dashboard-port",
+        type=port,
+        default=None,
+        help="serve a read-only web dashboard (GPUs, running and waiting jobs with the reasons "
+        "they wait, job histories) on this HTTP port; it has no login and shows every job's "
+        "command line, like tiresias queue (default: off)",
+    )
+    ap.add_argument(
+        "--dashboard-addr",
+        default=Options.dashboard_addr,
+        help="address the dashboard listens on; anyone who can reach it sees every job "
+        "(default %(default)s)",
+    )
+    ap.add_argument(
         "--curve-keys",
         type=Path,
         default=None,
@@ -281,6 +295,8 @@ def options(args: argparse.Namespace) -> Options:
         checkpoint_root=args.checkpoint_root,
         metrics_port=args.metrics_port,
         metrics_addr=args.metrics_addr,
+        dashboard_port=args.dashboard_port,
+        dashboard_addr=args.dashboard_addr,
         curve_keys=args.curve_keys,
         admins=frozenset(args.admin),
         allow_root_jobs=args.allow_root_jobs,

@@ -51,7 +51,7 @@ from coordinator.core.placement import DEFAULT_PACKLIMIT
 from coordinator.core.scheduler import Scheduler
 from coordinator.core.settings import Settings, build_scheduler, restore_scheduler, snapshot
 from coordinator.gang import GangRequest, free_local_port, plan
-from coordinator.service import identity, profiler
+from coordinator.service import dashboard, identity, profiler
 from coordinator.service import keys as curve
 from coordinator.service.agent import SETTLE
 from coordinator.service.client import DEFAULT_ADDRESS
@@ -111,6 +111,8 @@ class Options:
     checkpoint_root: Path | None = None
     metrics_port: int | None = None
     metrics_addr: str = "127.0.0.1"
+    dashboard_port: int | None = None
+    dashboard_addr: str = "127.0.0.1"
     curve_keys: Path | None = None
     #: Users who may act on every job (root always may).
     admins: frozenset[str] = frozenset()
@@ -203,6 +205,7 @@ class Coordinator:
         self.disk_error: str | None = None
         #: Profiler stage hook: (report, number of PS) → S_J or None.
         self.skew_estimator: Callable[[dict[str, Any], int], float | None] = report_skew
+        self.dashboard: dashboard.Dashboard | None = None
         self._recover(fresh)
 
     # --- state --------------------------------------------------------------------------
@@ -376,6 +379,8 @@ class Coordinator:
                 self.metrics.serve(self.opts.metrics_port, self.opts.metrics_addr)
             except OSError as e:
                 raise OSError(f"cannot serve metrics on {where}: {e.strerror}") from None
+        if self.opts.dashboard_port is not None:
+            self.dashboard = dashboard.serve_dashboard(self.store.path, self.opts)
         log.info(
             "coordinator listening on %s (policy %s, state %s)",
             self.address,
@@ -406,6 +411,8 @@ class Coordinator:
                     self._disk_failed(e)
         finally:
             self._flush_progress()
+            if self.dashboard is not None:
+                self.dashboard.close()
             self.sock.close(linger=0)
             if auth is not None:
                 auth.stop()
@@ -442,6 +449,10 @@ class Coordinator:
         if mono >= self._next_flush:  # once a second: O(jobs) work stays off the hot path
             self._flush_progress()
             self._update_gauges()
+            if self.dashboard is not None:
+                jobs = self._listing({}, history=False)["jobs"]
+                nodes = self._on_nodes(b"", {})["nodes"]
+                self.dashboard.publish(dashboard.state(jobs, nodes, self.clock.now()))
             self._next_flush = mono + 1.0
         now = self.clock.now()
         wake = self.sched.next_wakeup(now)

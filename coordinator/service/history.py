@@ -44,26 +44,34 @@ class History:
         )
 
     def of(self, job_id: str) -> list[dict[str, Any]]:
-        """The job's events, oldest first: the first and the newest ``JOB_EVENTS`` halves."""
-        half = JOB_EVENTS // 2
-        rows = self.db.execute(
-            "SELECT n, time, wall, kind, text FROM job_events WHERE job_id = ? ORDER BY n LIMIT ?",
-            (job_id, half),
-        ).fetchall()
-        newest = self.db.execute(
-            "SELECT n, time, wall, kind, text FROM job_events WHERE job_id = ? AND n > ? "
-            "ORDER BY n DESC LIMIT ?",
-            (job_id, rows[-1][0] if rows else 0, half),
-        ).fetchall()
-        return [_event(job_id, r) for r in rows + newest[::-1]]
+        return job_events(self.db, job_id)
 
     def recent(self, limit: int) -> list[dict[str, Any]]:
-        """The newest ``limit`` events of all jobs, newest first."""
-        rows = self.db.execute(
-            "SELECT n, time, wall, kind, text, job_id FROM job_events ORDER BY n DESC LIMIT ?",
-            (limit,),
-        ).fetchall()
-        return [_event(r[5], r[:5]) for r in rows]
+        return recent_events(self.db, limit)
+
+
+def job_events(db: sqlite3.Connection, job_id: str) -> list[dict[str, Any]]:
+    """The job's events, oldest first: its first and its newest ``JOB_EVENTS // 2``."""
+    half = JOB_EVENTS // 2
+    rows = db.execute(
+        "SELECT n, time, wall, kind, text FROM job_events WHERE job_id = ? ORDER BY n LIMIT ?",
+        (job_id, half),
+    ).fetchall()
+    newest = db.execute(
+        "SELECT n, time, wall, kind, text FROM job_events WHERE job_id = ? AND n > ? "
+        "ORDER BY n DESC LIMIT ?",
+        (job_id, rows[-1][0] if rows else 0, half),
+    ).fetchall()
+    return [_event(job_id, r) for r in rows + newest[::-1]]
+
+
+def recent_events(db: sqlite3.Connection, limit: int) -> list[dict[str, Any]]:
+    """The newest ``limit`` events of all jobs, newest first."""
+    rows = db.execute(
+        "SELECT n, time, wall, kind, text, job_id FROM job_events ORDER BY n DESC LIMIT ?",
+        (limit,),
+    ).fetchall()
+    return [_event(r[5], r[:5]) for r in rows]
 
 
 def _event(job_id: str, row: tuple[Any, ...]) -> dict[str, Any]:
