@@ -1,24 +1,49 @@
-"""Argument types shared by every command line (``tiresias``, ``tiresias-run``,
-``tiresias-coordinator``, ``tiresias-agent``, ``tiresias-sim``): a value out of range is an
-argparse error naming the option, exit code 2, never a traceback or a silent acceptance."""
+"""Value types shared by every command line (``tiresias``, ``tiresias-run``,
+``tiresias-coordinator``, ``tiresias-agent``, ``tiresias-sim``): a value out of range is a
+usage error naming the option, exit code 2, never a traceback or a silent acceptance.
+
+Each parser is a plain function that raises ``ValueError`` with the message a user reads;
+:class:`Checked` makes it a click type."""
 
 from __future__ import annotations
 
-import argparse
 import math
 from collections.abc import Callable
+from typing import Any
+
+import click
 
 #: Largest count any option takes: far above any cluster, and within every wire format.
 MAX_COUNT = 2**31 - 1
+
+
+class Checked(click.ParamType):
+    """A click type from a parser function; its ``ValueError`` is the usage error's text."""
+
+    def __init__(self, parse: Callable[[str], Any], metavar: str) -> None:
+        self.parse = parse
+        self.name = metavar.lower()
+        self.metavar = metavar
+
+    def get_metavar(self, param: click.Parameter, ctx: click.Context | None = None) -> str:
+        return self.metavar
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if not isinstance(value, str):  # a default, already a value
+            return value
+        try:
+            return self.parse(value)
+        except ValueError as e:
+            self.fail(str(e), param, ctx)
 
 
 def _number(text: str, kind: Callable[[str], float]) -> float:
     try:
         value = kind(text)
     except (ValueError, OverflowError):
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+        raise ValueError(f"expected a number, got {text!r}") from None
     if not math.isfinite(value):
-        raise argparse.ArgumentTypeError(f"expected a finite number, got {text!r}")
+        raise ValueError(f"expected a finite number, got {text!r}")
     return value
 
 
@@ -26,7 +51,7 @@ def seconds(text: str) -> float:
     """A duration: finite, >= 0."""
     value = _number(text, float)
     if value < 0:
-        raise argparse.ArgumentTypeError(f"expected seconds >= 0, got {text!r}")
+        raise ValueError(f"expected seconds >= 0, got {text!r}")
     return value
 
 
@@ -34,7 +59,7 @@ def positive_seconds(text: str) -> float:
     """A period: finite, > 0."""
     value = _number(text, float)
     if value <= 0:
-        raise argparse.ArgumentTypeError(f"expected seconds > 0, got {text!r}")
+        raise ValueError(f"expected seconds > 0, got {text!r}")
     return value
 
 
@@ -42,7 +67,15 @@ def fraction(text: str) -> float:
     """A share such as a skew or PACKLIMIT: in [0, 1]."""
     value = _number(text, float)
     if not 0.0 <= value <= 1.0:
-        raise argparse.ArgumentTypeError(f"expected a number in [0, 1], got {text!r}")
+        raise ValueError(f"expected a number in [0, 1], got {text!r}")
+    return value
+
+
+def factor(text: str) -> float:
+    """A multiple of something: finite, >= 0."""
+    value = _number(text, float)
+    if value < 0:
+        raise ValueError(f"expected a finite number >= 0, got {text!r}")
     return value
 
 
@@ -50,7 +83,7 @@ def count(text: str) -> int:
     """A whole number >= 0 (and at most ``MAX_COUNT``)."""
     value = _number(text, int)
     if not 0 <= value <= MAX_COUNT:
-        raise argparse.ArgumentTypeError(f"expected a whole number 0 to {MAX_COUNT}, got {text!r}")
+        raise ValueError(f"expected a whole number 0 to {MAX_COUNT}, got {text!r}")
     return int(value)
 
 
@@ -58,7 +91,7 @@ def positive_count(text: str) -> int:
     """A whole number >= 1 (and at most ``MAX_COUNT``)."""
     value = count(text)
     if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}")
+        raise ValueError(f"expected a whole number >= 1, got {text!r}")
     return value
 
 
@@ -66,5 +99,23 @@ def port(text: str) -> int:
     """A TCP port, 0 to 65535."""
     value = count(text)
     if value > 65535:
-        raise argparse.ArgumentTypeError(f"expected a TCP port 0 to 65535, got {text!r}")
+        raise ValueError(f"expected a TCP port 0 to 65535, got {text!r}")
     return value
+
+
+def comma_floats(text: str) -> list[float]:
+    """Comma-separated numbers, such as queue thresholds."""
+    try:
+        return [float(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise ValueError(f"expected comma-separated numbers, got {text!r}") from None
+
+
+SECONDS = Checked(seconds, "SECONDS")
+POSITIVE_SECONDS = Checked(positive_seconds, "SECONDS")
+FRACTION = Checked(fraction, "X")
+FACTOR = Checked(factor, "X")
+COUNT = Checked(count, "N")
+POSITIVE_COUNT = Checked(positive_count, "N")
+PORT = Checked(port, "PORT")
+FLOATS = Checked(comma_floats, "X,…")

@@ -7,7 +7,6 @@ coordinator and a local agent in this process, so the first command on a fresh m
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import logging
 import os
@@ -16,29 +15,36 @@ import sys
 import tempfile
 import threading
 import uuid
+from collections.abc import Sequence
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
+import click
 import zmq
 
-from coordinator.argtypes import count, positive_count, seconds
-from coordinator.cli import (
-    SCRIPT_HELP,
-    SUBMIT_RETRIES,
-    follow_logs,
-    log_writer,
+from coordinator.argtypes import COUNT, FLOATS, POSITIVE_COUNT, SECONDS
+from coordinator.cli.jobs import SCRIPT_HELP, SUBMIT_RETRIES, follow_logs, log_writer, script_argv
+from coordinator.clikit import (
+    PASSTHROUGH_SETTINGS,
+    Command,
+    argument,
+    option,
+    passthrough,
     quiet_broken_pipe,
-    script_argv,
+    run,
 )
 from coordinator.core.config import DEFAULT_QUEUE_THRESHOLDS, thresholds_text
 from coordinator.core.model import CoreError, JobState
 from coordinator.core.policies import POLICY_NAMES
 from coordinator.gang import GangRequest
 from coordinator.service.agent import MAX_VIRTUAL_GPUS, Agent, discover_gpus, nvml_gpus
-from coordinator.service.cli import add_scheduling_options, comma_floats, scheduling_options
+from coordinator.service.cli import scheduling_fields, scheduling_options
 from coordinator.service.client import Client, RequestError, client_keys
 from coordinator.service.coordinator import Coordinator, Options
 from coordinator.service.views import run_events
+
+DESCRIPTION = __doc__.split("\n\n")[0].replace("``", "")
 
 
 class Embedded:
@@ -98,73 +104,6 @@ def local_gpus(requested: int | None, needed: int) -> list[dict[str, Any]]:
             f"run it on a cluster (--coordinator)"
         )
     return nvml_gpus() or discover_gpus(str(needed))
-
-
-def parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(
-        prog="tiresias-run", description=__doc__.split("\n\n")[0].replace("``", "")
-    )
-    ap.add_argument(
-        "--coordinator",
-        default=None,
-        help="use this coordinator; without it, run an embedded one locally",
-    )
-    ap.add_argument(
-        "--workers",
-        type=positive_count,
-        default=1,
-        help="workers, one GPU each (W_J; default %(default)s)",
-    )
-    ap.add_argument("--ps", type=count, default=0, help="parameter servers")
-    ap.add_argument("--horovod", action="store_true", help="run as Horovod ranks")
-    ap.add_argument(
-        "--gpus",
-        type=positive_count,
-        default=None,
-        help="embedded mode: virtual GPUs of the local node when NVML is absent",
-    )
-    ap.add_argument(
-        "--state",
-        type=Path,
-        default=None,
-        help="embedded mode: state directory (default: a temporary one)",
-    )
-    ap.add_argument(
-        "--grace",
-        type=seconds,
-        default=30.0,
-        help="embedded mode: seconds a preempted job gets to checkpoint (default %(default)g)",
-    )
-    ap.add_argument(
-        "--bind",
-        default=None,
-        help="embedded mode: the coordinator's ipc:// address, for `tiresias --coordinator` "
-        "(default: ipc://STATE/coordinator.sock)",
-    )
-    ap.add_argument(
-        "--policy",
-        default=Options.policy,
-        choices=POLICY_NAMES,
-        metavar="NAME",
-        help="embedded mode: scheduling policy, one of %(choices)s (default %(default)s)",
-    )
-    ap.add_argument(
-        "--thresholds",
-        type=comma_floats,
-        default=None,
-        help="embedded mode: queue thresholds on attained GPU-seconds, comma-separated "
-        f"(default {thresholds_text(DEFAULT_QUEUE_THRESHOLDS)})",
-    )
-    add_scheduling_options(ap, mode="embedded mode: ")
-    ap.add_argument("--curve-keys", default=None, help="CURVE key directory")
-    ap.add_argument("--name", default=None, help="job name")
-    ap.add_argument("-v", "--verbose", action="store_true", help="show service logs")
-    ap.add_argument(
-        "script",
-        help=SCRIPT_HELP,
-    )
-    ap.add_argument("args", nargs=argparse.REMAINDER, help="the script's own arguments")
-    return ap
 
 
 def run_job(client: Client, request: GangRequest, name: str | None) -> int:
@@ -231,8 +170,68 @@ def run_job(client: Client, request: GangRequest, name: str | None) -> int:
     return code if isinstance(code, int) and 0 < code < 256 else 1
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = parser().parse_args(argv)
+@click.command("tiresias-run", cls=Command, help=DESCRIPTION, context_settings=PASSTHROUGH_SETTINGS)
+@option(
+    "--coordinator",
+    default=None,
+    metavar="ADDRESS",
+    show_default="none: an embedded one, run locally",
+    help="use this coordinator",
+)
+@option("--workers", type=POSITIVE_COUNT, default=1, help="workers, one GPU each (W_J)")
+@option("--ps", type=COUNT, default=0, help="parameter servers")
+@option("--horovod", is_flag=True, help="run as Horovod ranks")
+@option(
+    "--gpus",
+    type=POSITIVE_COUNT,
+    default=None,
+    show_default="NVML's, else as many as the job needs",
+    help="embedded mode: virtual GPUs of the local node when NVML is absent",
+)
+@option(
+    "--state",
+    type=click.Path(path_type=Path),
+    default=None,
+    metavar="DIR",
+    show_default="a temporary one",
+    help="embedded mode: state directory",
+)
+@option(
+    "--grace",
+    type=SECONDS,
+    default=30.0,
+    help="embedded mode: seconds a preempted job gets to checkpoint",
+)
+@option(
+    "--bind",
+    default=None,
+    metavar="ADDRESS",
+    show_default="ipc://STATE/coordinator.sock",
+    help="embedded mode: the coordinator's ipc:// address, for `tiresias --coordinator`",
+)
+@option(
+    "--policy",
+    type=click.Choice(POLICY_NAMES),
+    default=Options.policy,
+    metavar="NAME",
+    help=f"embedded mode: scheduling policy, one of {', '.join(POLICY_NAMES)}",
+)
+@option(
+    "--thresholds",
+    type=FLOATS,
+    default=None,
+    show_default=thresholds_text(DEFAULT_QUEUE_THRESHOLDS),
+    help="embedded mode: queue thresholds on attained GPU-seconds, comma-separated",
+)
+@scheduling_options(mode="embedded mode: ")
+@option("--curve-keys", default=None, metavar="DIR", help="CURVE key directory")
+@option("--name", default=None, metavar="NAME", show_default="the script's", help="job name")
+@option("-v", "--verbose", is_flag=True, help="show service logs")
+@argument("script", help=SCRIPT_HELP)
+@argument("args", nargs=-1, type=click.UNPROCESSED, help="the script's own arguments")
+def command(**params: Any) -> int:
+    args = SimpleNamespace(**params)
+    args.args = passthrough(click.get_current_context(), args.args)
     logging.basicConfig(
         level=logging.INFO if args.verbose else logging.WARNING,
         format="%(asctime)s %(name)s %(message)s",
@@ -265,7 +264,7 @@ def main(argv: list[str] | None = None) -> int:
                 state=state,
                 grace=args.grace,
                 policy=args.policy,
-                **scheduling_options(args),
+                **scheduling_fields(vars(args)),
                 allow_root_jobs=True,  # your own coordinator runs your job as you, root or not
             )
             if args.thresholds is not None:
@@ -290,6 +289,10 @@ def main(argv: list[str] | None = None) -> int:
         cleanup.close()
         if tmp is not None:
             tmp.cleanup()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    return run(command, argv, "tiresias-run")
 
 
 if __name__ == "__main__":

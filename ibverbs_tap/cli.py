@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import os
@@ -12,10 +11,24 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import click
+
+from coordinator.argtypes import Checked
+from coordinator.clikit import (
+    PASSTHROUGH_SETTINGS,
+    Group,
+    argument,
+    json_option,
+    option,
+    passthrough,
+    run,
+    usage_error,
+    words,
+)
 from ibverbs_tap import library_path
 from ibverbs_tap.profile import (
     DIR_ENV,
@@ -44,6 +57,7 @@ from ibverbs_tap.roles import (
 from ibverbs_tap.skew import bytes_per_ps, skew
 
 DUMP_VERSION = 1
+DESCRIPTION = "Per-peer message-size histograms of TCP and RDMA verbs traffic, and S_J."
 
 
 def _size(n: float) -> str:
@@ -65,19 +79,15 @@ def _verbs_state(p: Mapping[str, Any]) -> str:
     return "verbs: device opened" if p["verbs_seen"] else "verbs: built, no device opened"
 
 
-class UsageError(TapError):
-    """A bad combination of arguments (exit status 2, like argparse's own errors)."""
-
-
-def _read(args: argparse.Namespace) -> tuple[list[ProcessProfile], list[int]]:
-    """Snapshots of ``args.pid`` and, with ``--tree``/``--job``, of the traced processes of
-    its gang, and the gang's processes that are not traced."""
-    if args.job:
+def _read(pid: int, gang: str | None) -> tuple[list[ProcessProfile], list[int]]:
+    """Snapshots of ``pid`` and, with ``--tree``/``--job`` (``gang``), of the traced
+    processes of its gang, and the gang's processes that are not traced."""
+    if gang == "job":
         try:
-            return read_group(args.pid, job_pids(args.pid)[1:])
+            return read_group(pid, job_pids(pid)[1:])
         except ValueError as e:
             raise TapError(f"{e} (use --tree)") from None
-    return read_tree(args.pid) if args.tree else ([read_process(args.pid)], [])
+    return read_tree(pid) if gang == "tree" else ([read_process(pid)], [])
 
 
 def _peer_report(peer: Peer, in_window: Peer | None, window: float | None) -> dict[str, Any]:
@@ -193,33 +203,35 @@ def _describe(report: Mapping[str, Any], now: float) -> list[str]:
     return lines
 
 
-def cmd_profile(args: argparse.Namespace) -> int:
-    if not (math.isfinite(args.interval) and args.interval >= 0):
-        raise UsageError("--interval must be 0 (no rates) or positive")
-    if args.duration is not None and not (math.isfinite(args.duration) and args.duration > 0):
-        raise UsageError("--duration must be positive")
-    if args.interval == 0 and args.duration is not None:
-        raise UsageError("--duration needs a positive --interval")
-    duration = args.duration if args.duration is not None else args.interval
-    windows = max(1, round(duration / args.interval)) if args.interval else 1
-    before = {p.pid: p for p in _read(args)[0]}
+def cmd_profile(
+    pid: int, interval: float, duration: float | None, gang: str | None, as_json: bool
+) -> int:
+    if not (math.isfinite(interval) and interval >= 0):
+        usage_error("--interval must be 0 (no rates) or positive")
+    if duration is not None and not (math.isfinite(duration) and duration > 0):
+        usage_error("--duration must be positive")
+    if interval == 0 and duration is not None:
+        usage_error("--duration needs a positive --interval")
+    duration = duration if duration is not None else interval
+    windows = max(1, round(duration / interval)) if interval else 1
+    before = {p.pid: p for p in _read(pid, gang)[0]}
     started = time.monotonic()
     for _ in range(windows):
-        time.sleep(args.interval)
+        time.sleep(interval)
         try:
-            profiles, untraced = _read(args)
+            profiles, untraced = _read(pid, gang)
         except ProcessGoneError as e:
             raise TapError(f"{e} (during the measurement window)") from None
-        window = (time.monotonic() - started) if args.interval else None
+        window = (time.monotonic() - started) if interval else None
         addresses = (
             {r: a for p in profiles for r, a in gang_addresses(environ_of(p.pid)).items()}
-            if args.tree or args.job
+            if gang
             else None
         )
         owners = socket_owners()
         after = {p.pid: labelled(p, owners, addresses) for p in profiles}
         report = profile_report(before, after, untraced, window, addresses)
-        if args.json:
+        if as_json:
             print(json.dumps(report))
         else:
             print("\n".join(_describe(report, time.time())))
@@ -236,14 +248,16 @@ def _load_dump(path: str) -> list[ProcessProfile]:
         raise TapError(f"{path} is not an ibverbs-tap dump: {e}") from None
 
 
-def _ps_cluster(args: argparse.Namespace, profiles: Sequence[ProcessProfile]) -> Cluster:
+def _ps_cluster(
+    ps: Sequence[str], tf_config: str | None, traced: bool, profiles: Sequence[ProcessProfile]
+) -> Cluster:
     """The parameter servers, by role: ``--ps``, else ``--tf-config``, else the TF_CONFIG
-    the traced processes started with, else ``$TF_CONFIG``."""
-    if args.ps:
-        return {"ps": dict(enumerate(args.ps))}
-    if args.tf_config:
-        return {"ps": ps_tasks(args.tf_config)}
-    found = gang_ps(p.pid for p in profiles) if args.dump is None else None
+    the ``traced`` processes started with, else ``$TF_CONFIG``."""
+    if ps:
+        return {"ps": dict(enumerate(ps))}
+    if tf_config:
+        return {"ps": ps_tasks(tf_config)}
+    found = gang_ps(p.pid for p in profiles) if traced else None
     if found:
         return {"ps": found}
     if os.environ.get("TF_CONFIG"):
@@ -251,16 +265,25 @@ def _ps_cluster(args: argparse.Namespace, profiles: Sequence[ProcessProfile]) ->
     raise TapError("no parameter servers: give --ps HOST:PORT…, --tf-config, or set TF_CONFIG")
 
 
-def cmd_skew(args: argparse.Namespace) -> int:
-    profiles = _load_dump(args.dump) if args.dump else _read(args)[0]
+def cmd_skew(
+    pid: int | None,
+    dump: str | None,
+    gang: str | None,
+    ps: tuple[str, ...],
+    tf_config: str | None,
+    as_json: bool,
+) -> int:
+    if (pid is None) == (dump is None):
+        usage_error("give a PID or --dump, not both" if dump else "give a PID or --dump")
+    profiles = _load_dump(dump) if dump else _read(pid, gang)[0]  # type: ignore[arg-type]
     try:
-        addresses = roles(_ps_cluster(args, profiles))
+        addresses = roles(_ps_cluster(ps, tf_config, dump is None, profiles))
         per_address = bytes_per_ps(profiles, list(addresses.values()))
         totals = {role: per_address[address] for role, address in addresses.items()}
         s_j = skew(totals)
     except (ValueError, OSError) as e:
         raise TapError(str(e)) from None
-    if args.json:
+    if as_json:
         print(json.dumps({"bytes_per_ps": totals, "addresses": addresses, "skew": s_j}))
     else:
         total = sum(totals.values())
@@ -270,8 +293,7 @@ def cmd_skew(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_run(args: argparse.Namespace) -> int:
-    command = args.command[1:] if args.command[:1] == ["--"] else args.command
+def cmd_run(out: str | None, command: list[str]) -> int:
     if not command:
         raise TapError("run needs a command: ibverbs-tap run [--out FILE] -- CMD…")
     lib = library_path()
@@ -298,8 +320,8 @@ def cmd_run(args: argparse.Namespace) -> int:
             signal.signal(signal.SIGINT, old_int)
             for s, handler in forward.items():
                 signal.signal(s, handler)
-        if args.out:
-            _write_dump(args.out, command, rc, list(read_directory(directory)))
+        if out:
+            _write_dump(out, command, rc, list(read_directory(directory)))
     finally:
         shutil.rmtree(directory, ignore_errors=True)
     return rc if rc >= 0 else 128 - rc
@@ -315,83 +337,113 @@ def _write_dump(out: str, command: Sequence[str], rc: int, profiles: list[Proces
     Path(out).write_text(json.dumps(data, indent=1) + "\n")
 
 
-def _gang_arguments(parser: argparse.ArgumentParser, summed: str) -> None:
-    gang = parser.add_mutually_exclusive_group()
-    gang.add_argument(
-        "--tree",
-        action="store_true",
-        help=f"also the traced descendants{summed} (a gang started under one `ibverbs-tap run`)",
-    )
-    gang.add_argument(
-        "--job",
-        action="store_true",
-        help=f"also every traced process on this machine of PID's Tiresias job (the same "
-        f"TIRESIAS_JOB_ID and TIRESIAS_COORDINATOR){summed}",
-    )
+def _gang_options(summed: str) -> Callable:
+    """``--tree`` or ``--job``: which of the traced processes beside PID to read too."""
+
+    def decorate(f: Callable) -> Callable:
+        f = option(
+            "--job",
+            is_flag=True,
+            help=f"also every traced process on this machine of PID's Tiresias job (the same "
+            f"TIRESIAS_JOB_ID and TIRESIAS_COORDINATOR){summed}",
+        )(f)
+        return option(
+            "--tree",
+            is_flag=True,
+            help=f"also the traced descendants{summed} (a gang started under one "
+            "`ibverbs-tap run`)",
+        )(f)
+
+    return decorate
 
 
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="ibverbs-tap",
-        description="Per-peer message-size histograms of TCP and RDMA verbs traffic, and S_J.",
-    )
-    sub = parser.add_subparsers(dest="action", required=True)
+def _gang(tree: bool, job: bool) -> str | None:
+    if tree and job:
+        usage_error("--job: not allowed with --tree")
+    return "tree" if tree else "job" if job else None
 
-    run = sub.add_parser("run", help="run a command with the tap preloaded")
-    run.add_argument("--out", help="write a JSON summary of every traced process at exit")
-    run.add_argument("command", nargs=argparse.REMAINDER, help="-- CMD…")
-    run.set_defaults(func=cmd_run)
 
-    prof = sub.add_parser(
-        "profile",
-        help="per-peer histograms of a traced process since it started, and its rates",
-        description="Per-peer message-size histograms of a traced process since it started, "
-        "with the rates over a window beside them; peers are named by TF role (ps0, "
-        "worker1) when the process has TF_CONFIG.",
-    )
-    prof.add_argument("pid", type=int, help="a process started under `ibverbs-tap run`")
-    prof.add_argument(
-        "--interval",
-        type=float,
-        default=1.0,
-        help="seconds per rate window; 0: print the histograms at once, without rates "
-        "(default %(default)g)",
-    )
-    prof.add_argument("--duration", type=float, help="total seconds (default: one window)")
-    _gang_arguments(prof, ", summed per role and peer")
-    prof.add_argument("--json", action="store_true", help="one JSON object per window")
-    prof.set_defaults(func=cmd_profile)
+@click.group("ibverbs-tap", cls=Group, help=DESCRIPTION)
+def cli() -> None:
+    pass
 
-    sk = sub.add_parser("skew", help="S_J: share of PS traffic on the busiest PS")
-    src = sk.add_mutually_exclusive_group(required=True)
-    src.add_argument("pid", type=int, nargs="?", help="a traced process (e.g. a worker)")
-    src.add_argument("--dump", help="a JSON summary written by `run --out`")
-    _gang_arguments(sk, "")
-    sk.add_argument(
-        "--ps",
-        nargs="+",
-        metavar="HOST:PORT",
-        help="parameter server addresses, ps0 first (default: from TF_CONFIG)",
-    )
-    sk.add_argument(
-        "--tf-config",
-        help="TF_CONFIG JSON or file (default: the traced processes' own, then $TF_CONFIG)",
-    )
-    sk.add_argument("--json", action="store_true", help="one JSON object: bytes per PS and S_J")
-    sk.set_defaults(func=cmd_skew)
-    return parser
+
+@cli.command(
+    "run", help="run a command with the tap preloaded", context_settings=PASSTHROUGH_SETTINGS
+)
+@option("--out", metavar="FILE", help="write a JSON summary of every traced process at exit")
+@argument("command", nargs=-1, type=click.UNPROCESSED, help="-- CMD…")
+def run_command(out: str | None, command: tuple[str, ...]) -> int:
+    words = passthrough(click.get_current_context(), command)
+    return cmd_run(out, words[1:] if words[:1] == ["--"] else words)
+
+
+@cli.command(
+    "profile",
+    short_help="per-peer histograms of a traced process since it started, and its rates",
+    help="Per-peer message-size histograms of a traced process since it started, with the "
+    "rates over a window beside them; peers are named by TF role (ps0, worker1) when the "
+    "process has TF_CONFIG.",
+)
+@argument("pid", type=int, help="a process started under `ibverbs-tap run`")
+@option(
+    "--interval",
+    type=float,
+    default=1.0,
+    metavar="SECONDS",
+    help="seconds per rate window; 0: print the histograms at once, without rates",
+)
+@option(
+    "--duration",
+    type=float,
+    metavar="SECONDS",
+    show_default="one window",
+    help="total seconds",
+)
+@_gang_options(", summed per role and peer")
+@json_option("one JSON object per window")
+def profile(
+    pid: int, interval: float, duration: float | None, tree: bool, job: bool, as_json: bool
+) -> int:
+    return cmd_profile(pid, interval, duration, _gang(tree, job), as_json)
+
+
+@cli.command("skew", help="S_J: share of PS traffic on the busiest PS", greedy=["--ps"])
+@argument("pid", type=int, required=False, help="a traced process (e.g. a worker); or --dump")
+@option("--dump", metavar="FILE", help="a JSON summary written by `run --out` (instead of PID)")
+@_gang_options("")
+@option(
+    "--ps",
+    type=Checked(words, "HOST:PORT…"),
+    default=None,
+    show_default="from TF_CONFIG",
+    help="parameter server addresses, ps0 first",
+)
+@option(
+    "--tf-config",
+    metavar="JSON|FILE",
+    show_default="the traced processes' own, then $TF_CONFIG",
+    help="TF_CONFIG JSON or file",
+)
+@json_option("one JSON object: bytes per PS and S_J")
+def skew_command(
+    pid: int | None,
+    dump: str | None,
+    tree: bool,
+    job: bool,
+    ps: tuple[str, ...] | None,
+    tf_config: str | None,
+    as_json: bool,
+) -> int:
+    return cmd_skew(pid, dump, _gang(tree, job), ps or (), tf_config, as_json)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
     try:
-        return args.func(args)
-    except BrokenPipeError:  # the reader went away (`| head`): stop quietly, as cat does
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 128 + signal.SIGPIPE
+        return run(cli, argv, "ibverbs-tap")
     except TapError as e:
         print(f"ibverbs-tap: {e}", file=sys.stderr)
-        return 2 if isinstance(e, UsageError) else 1
+        return 1
 
 
 if __name__ == "__main__":

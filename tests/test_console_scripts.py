@@ -4,7 +4,6 @@ examples start their programs with flags those accept."""
 
 from __future__ import annotations
 
-import argparse
 import importlib.util
 import os
 import re
@@ -46,20 +45,20 @@ def test_console_script_answers_help(script: str) -> None:
         env=dict(env, PYTHONPATH=str(REPO)),
     )
     assert out.returncode == 0 and out.stderr == "", out.stderr
-    assert out.stdout.startswith(f"usage: {script} ")
+    assert out.stdout.startswith(f"Usage: {script} ")
 
 
 def test_every_flag_has_help_stating_its_default() -> None:
     ref = _reference()
-    assert set(ref.PARSERS) == set(SCRIPTS), "tools/cli_reference.py must list every script"
+    assert set(ref.COMMANDS) == set(SCRIPTS), "tools/cli_reference.py must list every script"
     missing = []
-    for script in ref.PARSERS:
-        for name, _, ap in ref.parsers(script):
-            for action in ref.options(ap):
-                text = ref.help_text(ap, action)
-                plain = action.default in (None, False, 0, [], argparse.SUPPRESS)
+    for script in ref.COMMANDS:
+        for name, command, ctx in ref.commands(script):
+            for param in ref.options(command, ctx):
+                text = ref.help_text(param, ctx)
+                plain = ref.default_value(param, ctx) in (None, False, 0, (), [])
                 if not text or (not plain and "default" not in text):
-                    missing.append(f"{name} {ref.flag(action)}: {text!r}")
+                    missing.append(f"{name} {ref.flag(param, ctx)}: {text!r}")
     assert not missing, "flags without help, or whose help hides the default:\n" + "\n".join(
         missing
     )
@@ -67,9 +66,9 @@ def test_every_flag_has_help_stating_its_default() -> None:
 
 def test_every_subcommand_formats_its_help() -> None:
     ref = _reference()
-    for script in ref.PARSERS:
-        for name, _, ap in ref.parsers(script):
-            assert ap.format_help().startswith(f"usage: {name} "), name
+    for script in ref.COMMANDS:
+        for name, command, ctx in ref.commands(script):
+            assert command.get_help(ctx).startswith(f"Usage: {name} "), name
 
 
 def test_configuration_reference_matches_the_parsers() -> None:
@@ -80,12 +79,13 @@ def test_configuration_reference_matches_the_parsers() -> None:
 
 
 def test_tiresias_help_is_whole_and_policies_come_from_the_core() -> None:
-    from coordinator.cli import parser as cli_parser
     from coordinator.core.policies import POLICY_NAMES
-    from coordinator.service.cli import parser as coordinator_parser
 
-    assert "and make CURVE keys." in " ".join(cli_parser().format_help().split())
-    text = " ".join(coordinator_parser().format_help().split())
+    ref = _reference()
+    [(_, tiresias, ctx), *_] = ref.commands("tiresias")
+    assert "and make CURVE keys." in " ".join(tiresias.get_help(ctx).split())
+    [(_, coordinator, ctx)] = ref.commands("tiresias-coordinator")
+    text = " ".join(coordinator.get_help(ctx).split())
     assert all(name in text for name in POLICY_NAMES) and "fifo" not in text
 
 
@@ -104,4 +104,71 @@ def test_systemd_example_runs_a_console_script_with_valid_flags(unit: Path) -> N
     ]
     script = Path(argv[0]).name
     assert script in SCRIPTS
-    _reference().build(script).parse_args(argv[1:])  # exits (fails the test) on a bad flag
+    _reference().build(script).make_context(script, argv[1:])  # raises on a bad flag
+
+
+@pytest.mark.parametrize(
+    ("argv", "workers", "script", "args"),
+    [
+        (["--workers", "8", "my_model.py", "--lr", "0.1"], 8, "my_model.py", ["--lr", "0.1"]),
+        (["s.py", "x", "--workers", "3", "-v"], 1, "s.py", ["x", "--workers", "3", "-v"]),
+        (["--", "s.py", "a"], 1, "s.py", ["a"]),
+        (["s.py", "--", "a"], 1, "s.py", ["a"]),
+        (["s.py", "a", "--", "b"], 1, "s.py", ["a", "--", "b"]),
+        (["s.py", "--", "--", "a"], 1, "s.py", ["--", "a"]),
+        (["--workers", "2", "--", "s.py", "--", "a"], 2, "s.py", ["--", "a"]),
+    ],
+)
+def test_script_arguments_pass_through(
+    argv: list[str], workers: int, script: str, args: list[str]
+) -> None:
+    """``tiresias-run`` and ``tiresias submit`` take their own options up to the script and
+    hand every word after it to the script, options included; a ``--`` ends their options
+    (once: a second one is the script's)."""
+    from coordinator.clikit import passthrough
+
+    ref = _reference()
+    [(_, tiresias, parent), *_] = ref.commands("tiresias")
+    for ctx in (
+        ref.build("tiresias-run").make_context("tiresias-run", list(argv)),
+        tiresias.commands["submit"].make_context("submit", list(argv), parent=parent),
+    ):
+        assert ctx.params["workers"] in (workers, None if workers == 1 else workers)
+        assert (ctx.params["script"], passthrough(ctx, ctx.params["args"])) == (script, args)
+
+
+@pytest.mark.parametrize(
+    ("script", "words", "expected"),
+    [
+        ("tiresias", "tiresias su", "plain,submit"),
+        ("tiresias", "tiresias keys add-", "plain,add-agent\nplain,add-user"),
+        ("tiresias-coordinator", "tiresias-coordinator --policy tiresias-", "plain,tiresias-l"),
+        ("tiresias-run", "tiresias-run --verb", "plain,--verbose"),
+        ("tiresias-agent", "tiresias-agent --heart", "plain,--heartbeat"),
+        ("tiresias-sim", "tiresias-sim --cheap", "plain,--cheap-victims"),
+        ("ibverbs-tap", "ibverbs-tap pro", "plain,profile"),
+    ],
+)
+def test_shell_completion(script: str, words: str, expected: str) -> None:
+    """What bash gets back from the line the README's ``eval`` installs, mid-word."""
+    module, function = SCRIPTS[script].split(":")
+    variable = "_" + script.upper().replace("-", "_") + "_COMPLETE"
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            f"import sys; from {module} import {function}; sys.exit({function}())",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=dict(
+            os.environ,
+            PYTHONPATH=str(REPO),
+            COMP_WORDS=words,
+            COMP_CWORD=str(len(words.split()) - 1),
+            **{variable: "bash_complete"},
+        ),
+    )
+    assert out.returncode == 0, out.stderr
+    assert expected in out.stdout, out.stdout

@@ -8,7 +8,6 @@ reports are kept until the coordinator acknowledges them, so a coordinator resta
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import ctypes
 import itertools
@@ -18,7 +17,6 @@ import pwd
 import signal
 import socket
 import subprocess
-import sys
 import threading
 import time
 from dataclasses import dataclass
@@ -29,12 +27,11 @@ import msgpack
 import zmq
 
 from coordinator import protocol
-from coordinator.argtypes import positive_seconds
 from coordinator.protocol import PartOutcome
 from coordinator.service.client import ADDRESS_ENV as COORDINATOR_ENV
-from coordinator.service.client import client_keys, dealer, default_address
+from coordinator.service.client import dealer
 from coordinator.service.identity import user_name
-from coordinator.service.keys import KEYS_ENV, ClientKeys
+from coordinator.service.keys import ClientKeys
 from tiresias_launch.contract import CHECKPOINT_DIR, EXIT_CHECKPOINTED, SERVER_KEY
 
 log = logging.getLogger("tiresias.agent")
@@ -573,62 +570,3 @@ class Agent:
                 protocol.encode("log_data", node=self.name, req=msg["req"], files=files),
                 zmq.NOBLOCK,
             )
-
-
-def parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="tiresias-agent", description=__doc__.split("\n\n")[0])
-    ap.add_argument(
-        "--coordinator",
-        default=default_address(),
-        help="coordinator address (default $TIRESIAS_COORDINATOR or %(default)s)",
-    )
-    ap.add_argument(
-        "--gpus",
-        default="auto",
-        help="'auto' (NVML) or a number of virtual GPUs (default %(default)s)",
-    )
-    ap.add_argument("--name", default=None, help="node name (default: host name)")
-    ap.add_argument(
-        "--host",
-        default=None,
-        help="address peers of a job use to reach this node (default: --name)",
-    )
-    ap.add_argument(
-        "--workdir",
-        type=Path,
-        default=None,
-        help="where job logs go (default: ./tiresias-agent/NAME)",
-    )
-    ap.add_argument(
-        "--heartbeat",
-        type=positive_seconds,
-        default=1.0,
-        help="seconds between heartbeats (default %(default)s)",
-    )
-    ap.add_argument("--curve-keys", default=None, help=f"CURVE key directory (or ${KEYS_ENV})")
-    return ap
-
-
-def main(argv: list[str] | None = None) -> int:
-    ap = parser()
-    args = ap.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    try:
-        gpus = discover_gpus(args.gpus)
-        keys = client_keys(args.curve_keys, args.coordinator)
-    except (ValueError, OSError) as e:
-        ap.error(str(e))
-    agent = Agent(args.coordinator, gpus, args.name, args.workdir, keys, args.heartbeat, args.host)
-    signal.signal(signal.SIGTERM, lambda *_: agent.stop.set())
-    try:
-        agent.run()
-    except KeyboardInterrupt:
-        pass
-    except (ValueError, OSError) as e:
-        print(f"tiresias-agent: {e}", file=sys.stderr)
-        return 2
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -6,17 +6,26 @@ or Ctrl-C. Every mistake in the flags or the environment is one line and exit co
 
 from __future__ import annotations
 
-import argparse
 import logging
-import math
 import signal
 import sys
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import click
 import zmq
 
-from coordinator.argtypes import fraction, port, positive_count, positive_seconds, seconds
+from coordinator.argtypes import (
+    FACTOR,
+    FLOATS,
+    FRACTION,
+    PORT,
+    POSITIVE_COUNT,
+    POSITIVE_SECONDS,
+    SECONDS,
+)
+from coordinator.clikit import Command, option, run
 from coordinator.core.config import DEFAULT_QUEUE_THRESHOLDS, QUEUE_ORDERS, thresholds_text
 from coordinator.core.gittins import GITTINS_VARIANTS
 from coordinator.core.model import CoreError
@@ -27,291 +36,259 @@ from coordinator.service.coordinator import MAX_JOB_SIZE, PORT_RANGE, Coordinato
 DESCRIPTION = (
     "The coordinator service: a single-threaded ZeroMQ event loop around the scheduler core."
 )
+PATH = click.Path(path_type=Path)
+#: The ``Options`` fields :func:`scheduling_options` sets.
+SCHEDULING = ("queue_order", "min_run", "min_run_restores", "cheap_victims", "learn_thresholds")
 
 
-def comma_floats(text: str) -> list[float]:
-    """``--thresholds`` values: comma-separated numbers."""
-    try:
-        return [float(x) for x in text.split(",") if x]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r}: expected comma-separated numbers") from None
-
-
-def multiple(text: str) -> float:
-    """A factor: finite, >= 0."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    if not (value >= 0 and math.isfinite(value)):
-        raise argparse.ArgumentTypeError(f"expected a finite number >= 0, got {text!r}")
-    return value
-
-
-def add_scheduling_options(ap: argparse.ArgumentParser, mode: str = "") -> None:
+def scheduling_options(mode: str = "") -> Callable[[Callable], Callable]:
     """The scheduling options the simulator measured (docs/simulator.md), under
     ``tiresias-sim``'s names; ``tiresias-run`` adds them with ``mode`` "embedded mode: "."""
-    ap.add_argument(
-        "--queue-order",
-        default=Options.queue_order,
-        choices=QUEUE_ORDERS,
-        help=f"{mode}order inside a tiresias queue: running jobs ahead of waiting ones, or "
-        "FIFO by first start (a preempted job may evict a later-started one) "
-        "(default %(default)s)",
-    )
-    ap.add_argument(
-        "--min-run",
-        type=seconds,
-        default=Options.min_run,
-        metavar="S",
-        help=f"{mode}a started job runs at least S seconds before it may be preempted "
-        "(default %(default)g: off)",
-    )
-    ap.add_argument(
-        "--min-run-restores",
-        type=multiple,
-        default=Options.min_run_restores,
-        metavar="X",
-        help=f"{mode}… and at least X times its restore cost, as its runtime measured it "
-        "(start-up, restore and first step) (default %(default)g: off)",
-    )
-    ap.add_argument(
-        "--cheap-victims",
-        action=argparse.BooleanOptionalAction,
-        default=Options.cheap_victims,
-        help=f"{mode}preempt the running jobs of a queue that are cheapest to stop and "
-        "restart first (checkpoint + restore seconds, as measured) (default: off)",
-    )
-    ap.add_argument(
-        "--learn-thresholds",
-        action=argparse.BooleanOptionalAction,
-        default=Options.learn_thresholds,
-        help=f"{mode}tiresias-l/-g: learn the queue thresholds from completed jobs' GPU "
-        "service (re-learned online; --thresholds is where they start) (default: off)",
-    )
+    decorators = [
+        option(
+            "--queue-order",
+            type=click.Choice(QUEUE_ORDERS),
+            default=Options.queue_order,
+            metavar="|".join(QUEUE_ORDERS),
+            help=f"{mode}order inside a tiresias queue: running jobs ahead of waiting ones, or "
+            "FIFO by first start (a preempted job may evict a later-started one)",
+        ),
+        option(
+            "--min-run",
+            type=SECONDS,
+            default=Options.min_run,
+            metavar="S",
+            show_default=f"{Options.min_run:g}: off",
+            help=f"{mode}a started job runs at least S seconds before it may be preempted",
+        ),
+        option(
+            "--min-run-restores",
+            type=FACTOR,
+            default=Options.min_run_restores,
+            show_default=f"{Options.min_run_restores:g}: off",
+            help=f"{mode}… and at least X times its restore cost, as its runtime measured it "
+            "(start-up, restore and first step)",
+        ),
+        option(
+            "--cheap-victims/--no-cheap-victims",
+            default=Options.cheap_victims,
+            help=f"{mode}preempt the running jobs of a queue that are cheapest to stop and "
+            "restart first (checkpoint + restore seconds, as measured)",
+        ),
+        option(
+            "--learn-thresholds/--no-learn-thresholds",
+            default=Options.learn_thresholds,
+            help=f"{mode}tiresias-l/-g: learn the queue thresholds from completed jobs' GPU "
+            "service (re-learned online; --thresholds is where they start)",
+        ),
+    ]
+
+    def decorate(f: Callable) -> Callable:
+        for decorator in reversed(decorators):
+            f = decorator(f)
+        return f
+
+    return decorate
 
 
-def scheduling_options(args: argparse.Namespace) -> dict[str, Any]:
-    """``Options`` fields from the flags ``add_scheduling_options`` added."""
-    return {
-        "queue_order": args.queue_order,
-        "min_run": args.min_run,
-        "min_run_restores": args.min_run_restores,
-        "cheap_victims": args.cheap_victims,
-        "learn_thresholds": args.learn_thresholds,
-    }
+def scheduling_fields(flags: Mapping[str, Any]) -> dict[str, Any]:
+    """``Options`` fields from the flags :func:`scheduling_options` added."""
+    return {name: flags[name] for name in SCHEDULING}
 
 
-def parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="tiresias-coordinator", description=DESCRIPTION)
-    ap.add_argument(
-        "--bind",
-        default=Options.bind,
-        help="ipc://PATH (one machine: users known by uid) or tcp://HOST:PORT (needs "
-        "--curve-keys) (default %(default)s)",
-    )
-    ap.add_argument(
-        "--state",
-        type=Path,
-        default=Options.state,
-        help="state directory (SQLite journal); reuse it to resume after a crash "
-        "(default ./%(default)s)",
-    )
-    ap.add_argument(
-        "--policy",
-        default=Options.policy,
-        choices=POLICY_NAMES,
-        metavar="NAME",
-        help="scheduling policy: %(choices)s; tiresias-l is 2D-LAS, tiresias-g 2D-Gittins, "
-        "yarn-cs FIFO (default %(default)s)",
-    )
-    ap.add_argument(
-        "--placement",
-        default=Options.placement,
-        choices=PLACEMENT_NAMES,
-        metavar="NAME",
-        help="placement: %(choices)s (default: the policy's own, skew for tiresias-l/-g, "
-        "yarn for yarn-cs/best-effort, else consolidate)",
-    )
-    ap.add_argument(
-        "--thresholds",
-        type=comma_floats,
-        default=list(DEFAULT_QUEUE_THRESHOLDS),
-        help="queue thresholds on attained GPU-seconds, comma-separated "
-        f"(K-1 values for K queues; default {thresholds_text(DEFAULT_QUEUE_THRESHOLDS)})",
-    )
-    ap.add_argument(
-        "--promote-knob",
-        type=float,
-        default=float("inf"),
-        help="PROMOTEKNOB for starvation (default inf = off)",
-    )
-    ap.add_argument(
-        "--packlimit",
-        type=fraction,
-        default=None,
-        help=f"initial PACKLIMIT of the skew placement (default {DEFAULT_PACKLIMIT:g}); "
-        "learned from finished jobs after that",
-    )
-    ap.add_argument(
-        "--interval",
-        type=seconds,
-        default=0.0,
-        help="also re-evaluate priorities every N seconds (default: only on events "
-        "and policy wakeups); las and tiresias-g then rank running jobs by their service "
-        "at the last tick, so jobs of close priority swap at most once per tick",
-    )
-    ap.add_argument(
-        "--gittins-history",
-        type=Path,
-        default=None,
-        help="tiresias-g: CSV of past jobs' service (header 'duration', GPU-seconds) that "
-        "seeds the Gittins distribution",
-    )
-    add_scheduling_options(ap)
-    ap.add_argument(
-        "--gittins-variant",
-        default=None,
-        choices=GITTINS_VARIANTS,
-        help="tiresias-g: Gittins index as the paper writes it or as the authors' "
-        "simulator computes it (default as-written)",
-    )
-    ap.add_argument(
-        "--gittins-fixed",
-        action="store_true",
-        help="tiresias-g: keep the distribution as seeded by --gittins-history, not "
-        "learning from completed jobs (default: it learns)",
-    )
-    ap.add_argument(
-        "--heartbeat-timeout",
-        type=positive_seconds,
-        default=Options.heartbeat_timeout,
-        help="seconds without a heartbeat before a node is down (default %(default)s)",
-    )
-    ap.add_argument(
-        "--grace",
-        type=seconds,
-        default=Options.grace,
-        help="seconds a preempted job gets to checkpoint (default %(default)s)",
-    )
-    ap.add_argument(
-        "--preempt-signal",
-        default=Options.preempt_signal,
-        choices=["SIGTERM", "SIGINT", "SIGUSR1", "SIGUSR2"],
-        help="signal asking a preempted job's processes to checkpoint and exit; they get "
-        "--grace seconds before SIGKILL (default %(default)s)",
-    )
-    ap.add_argument(
-        "--checkpoint-root",
-        type=Path,
-        default=None,
-        help="checkpoint root shared by all nodes (default STATE/checkpoints)",
-    )
-    ap.add_argument("--metrics-port", type=port, default=None, help="Prometheus HTTP port")
-    ap.add_argument(
-        "--metrics-addr",
-        default=Options.metrics_addr,
-        help="address the metrics port listens on (default %(default)s)",
-    )
-    ap.add_argument(
-        "--dashboard-port",
-        type=port,
-        default=None,
-        help="serve a read-only web dashboard (GPUs, running and waiting jobs with the reasons "
-        "they wait, job histories) on this HTTP port; it has no login and shows every job's "
-        "command line, like tiresias queue (default: off)",
-    )
-    ap.add_argument(
-        "--dashboard-addr",
-        default=Options.dashboard_addr,
-        help="address the dashboard listens on; anyone who can reach it sees every job "
-        "(default %(default)s)",
-    )
-    ap.add_argument(
-        "--curve-keys",
-        type=Path,
-        default=None,
-        help="CURVE key directory from `tiresias keys generate` (required for tcp://): "
-        "users/NAME.key and agents/NAME.key say who each key is",
-    )
-    ap.add_argument(
-        "--admin",
-        action="append",
-        default=[],
-        metavar="USER",
-        help="a user who may cancel and read every job (root always may); repeatable",
-    )
-    ap.add_argument(
-        "--allow-root-jobs",
-        action="store_true",
-        help="accept jobs from root, which then run as root (refused by default)",
-    )
-    ap.add_argument(
-        "--manual-clock",
-        action="store_true",
-        help="core time advances only on `advance` requests (deterministic tests)",
-    )
-    ap.add_argument(
-        "--snapshot-every",
-        type=positive_count,
-        default=Options.snapshot_every,
-        help="journal events between scheduler snapshots (default %(default)s)",
-    )
-    ap.add_argument(
-        "--max-job-size",
-        type=positive_count,
-        default=MAX_JOB_SIZE,
-        help="most workers (GPUs) and most parameter servers one job may ask for; a submit "
-        "asking for more is refused (default %(default)s)",
-    )
-    ap.add_argument(
-        "--port-base",
-        type=port,
-        default=Options.port_base,
-        help="first TCP port handed to jobs' TF/Horovod servers on remote nodes; ports cycle "
-        f"through the {PORT_RANGE} from here, starting at a random one (jobs on this "
-        "machine get ports the OS says are free) (default %(default)s)",
-    )
-    return ap
-
-
-def options(args: argparse.Namespace) -> Options:
-    return Options(
-        bind=args.bind,
-        state=args.state,
-        policy=args.policy,
-        placement=args.placement,
-        thresholds=args.thresholds,
-        promote_knob=args.promote_knob,
-        packlimit=args.packlimit,
-        interval=args.interval,
-        gittins_history=args.gittins_history,
-        **scheduling_options(args),
-        gittins_variant=args.gittins_variant,
-        gittins_learn=not args.gittins_fixed,
-        heartbeat_timeout=args.heartbeat_timeout,
-        grace=args.grace,
-        preempt_signal=args.preempt_signal,
-        checkpoint_root=args.checkpoint_root,
-        metrics_port=args.metrics_port,
-        metrics_addr=args.metrics_addr,
-        dashboard_port=args.dashboard_port,
-        dashboard_addr=args.dashboard_addr,
-        curve_keys=args.curve_keys,
-        admins=frozenset(args.admin),
-        allow_root_jobs=args.allow_root_jobs,
-        manual_clock=args.manual_clock,
-        port_base=args.port_base,
-        snapshot_every=args.snapshot_every,
-        max_job_size=args.max_job_size,
-    )
-
-
-def main(argv: list[str] | None = None) -> int:
-    args = parser().parse_args(argv)
+@click.command("tiresias-coordinator", cls=Command, help=DESCRIPTION)
+@option(
+    "--bind",
+    default=Options.bind,
+    metavar="ADDRESS",
+    help="ipc://PATH (one machine: users known by uid) or tcp://HOST:PORT (needs --curve-keys)",
+)
+@option(
+    "--state",
+    type=PATH,
+    default=Options.state,
+    metavar="DIR",
+    show_default=f"./{Options.state}",
+    help="state directory (SQLite journal); reuse it to resume after a crash",
+)
+@option(
+    "--policy",
+    type=click.Choice(POLICY_NAMES),
+    default=Options.policy,
+    metavar="NAME",
+    help=f"scheduling policy: {', '.join(POLICY_NAMES)}; tiresias-l is 2D-LAS, tiresias-g "
+    "2D-Gittins, yarn-cs FIFO",
+)
+@option(
+    "--placement",
+    type=click.Choice(PLACEMENT_NAMES),
+    default=Options.placement,
+    metavar="NAME",
+    show_default="the policy's own, skew for tiresias-l/-g, yarn for yarn-cs/best-effort, "
+    "else consolidate",
+    help=f"placement: {', '.join(PLACEMENT_NAMES)}",
+)
+@option(
+    "--thresholds",
+    type=FLOATS,
+    default=list(DEFAULT_QUEUE_THRESHOLDS),
+    show_default=thresholds_text(DEFAULT_QUEUE_THRESHOLDS),
+    help="queue thresholds on attained GPU-seconds, comma-separated (K-1 values for K queues)",
+)
+@option(
+    "--promote-knob",
+    type=float,
+    default=float("inf"),
+    metavar="X",
+    show_default="inf = off",
+    help="PROMOTEKNOB for starvation",
+)
+@option(
+    "--packlimit",
+    type=FRACTION,
+    default=None,
+    show_default=f"{DEFAULT_PACKLIMIT:g}",
+    help="initial PACKLIMIT of the skew placement; learned from finished jobs after that",
+)
+@option(
+    "--interval",
+    type=SECONDS,
+    default=0.0,
+    show_default="only on events and policy wakeups",
+    help="also re-evaluate priorities every N seconds; las and tiresias-g then rank running "
+    "jobs by their service at the last tick, so jobs of close priority swap at most once "
+    "per tick",
+)
+@option(
+    "--gittins-history",
+    type=PATH,
+    default=None,
+    metavar="FILE",
+    help="tiresias-g: CSV of past jobs' service (header 'duration', GPU-seconds) that seeds "
+    "the Gittins distribution",
+)
+@scheduling_options()
+@option(
+    "--gittins-variant",
+    type=click.Choice(GITTINS_VARIANTS),
+    default=None,
+    metavar="|".join(GITTINS_VARIANTS),
+    show_default=GITTINS_VARIANTS[0],
+    help="tiresias-g: Gittins index as the paper writes it or as the authors' simulator "
+    "computes it",
+)
+@option(
+    "--gittins-fixed",
+    is_flag=True,
+    help="tiresias-g: keep the distribution as seeded by --gittins-history, not learning from "
+    "completed jobs (default: it learns)",
+)
+@option(
+    "--heartbeat-timeout",
+    type=POSITIVE_SECONDS,
+    default=Options.heartbeat_timeout,
+    help="seconds without a heartbeat before a node is down",
+)
+@option(
+    "--grace",
+    type=SECONDS,
+    default=Options.grace,
+    help="seconds a preempted job gets to checkpoint",
+)
+@option(
+    "--preempt-signal",
+    type=click.Choice(["SIGTERM", "SIGINT", "SIGUSR1", "SIGUSR2"]),
+    default=Options.preempt_signal,
+    metavar="SIGNAL",
+    help="signal asking a preempted job's processes to checkpoint and exit (SIGTERM, SIGINT, "
+    "SIGUSR1 or SIGUSR2); they get --grace seconds before SIGKILL",
+)
+@option(
+    "--checkpoint-root",
+    type=PATH,
+    default=None,
+    metavar="DIR",
+    show_default="STATE/checkpoints",
+    help="checkpoint root shared by all nodes",
+)
+@option(
+    "--metrics-port",
+    type=PORT,
+    default=None,
+    help="Prometheus HTTP port",
+)
+@option(
+    "--metrics-addr",
+    default=Options.metrics_addr,
+    metavar="ADDRESS",
+    help="address the metrics port listens on",
+)
+@option(
+    "--dashboard-port",
+    type=PORT,
+    default=None,
+    show_default="off",
+    help="serve a read-only web dashboard (GPUs, running and waiting jobs with the reasons "
+    "they wait, job histories) on this HTTP port; it has no login and shows every job's "
+    "command line, like tiresias queue",
+)
+@option(
+    "--dashboard-addr",
+    default=Options.dashboard_addr,
+    metavar="ADDRESS",
+    help="address the dashboard listens on; anyone who can reach it sees every job",
+)
+@option(
+    "--curve-keys",
+    type=PATH,
+    default=None,
+    metavar="DIR",
+    help="CURVE key directory from `tiresias keys generate` (required for tcp://): "
+    "users/NAME.key and agents/NAME.key say who each key is",
+)
+@option(
+    "--admin",
+    "admins",
+    multiple=True,
+    metavar="USER",
+    help="a user who may cancel and read every job (root always may); repeatable",
+)
+@option(
+    "--allow-root-jobs",
+    is_flag=True,
+    help="accept jobs from root, which then run as root (refused by default)",
+)
+@option(
+    "--manual-clock",
+    is_flag=True,
+    help="core time advances only on `advance` requests (deterministic tests)",
+)
+@option(
+    "--snapshot-every",
+    type=POSITIVE_COUNT,
+    default=Options.snapshot_every,
+    help="journal events between scheduler snapshots",
+)
+@option(
+    "--max-job-size",
+    type=POSITIVE_COUNT,
+    default=MAX_JOB_SIZE,
+    help="most workers (GPUs) and most parameter servers one job may ask for; a submit "
+    "asking for more is refused",
+)
+@option(
+    "--port-base",
+    type=PORT,
+    default=Options.port_base,
+    help="first TCP port handed to jobs' TF/Horovod servers on remote nodes; ports cycle "
+    f"through the {PORT_RANGE} from here, starting at a random one (jobs on this machine get "
+    "ports the OS says are free)",
+)
+def command(**flags: Any) -> int:
+    opts = options(**flags)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     try:
-        coord = Coordinator(options(args))
+        coord = Coordinator(opts)
     except (CoreError, ValueError, OSError) as e:
         print(f"tiresias-coordinator: {e}", file=sys.stderr)
         return 2
@@ -321,12 +298,22 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         pass
     except zmq.ZMQError as e:
-        print(f"tiresias-coordinator: cannot serve on {args.bind}: {e}", file=sys.stderr)
+        print(f"tiresias-coordinator: cannot serve on {opts.bind}: {e}", file=sys.stderr)
         return 2
     except (OSError, ValueError) as e:  # metrics port taken, key files or socket dir wrong
         print(f"tiresias-coordinator: {e}", file=sys.stderr)
         return 2
     return 0
+
+
+def options(**flags: Any) -> Options:
+    """The :class:`Options` of the command line's flags."""
+    fixed = flags.pop("gittins_fixed")
+    return Options(**{**flags, "admins": frozenset(flags["admins"]), "gittins_learn": not fixed})
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    return run(command, argv, "tiresias-coordinator")
 
 
 if __name__ == "__main__":

@@ -3,7 +3,6 @@ policies and compare them."""
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import os
@@ -11,8 +10,22 @@ import shlex
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
-from coordinator.argtypes import fraction, positive_count, positive_seconds, seconds
+import click
+from click.core import ParameterSource
+
+from coordinator.argtypes import (
+    FRACTION,
+    POSITIVE_COUNT,
+    POSITIVE_SECONDS,
+    SECONDS,
+    Checked,
+    comma_floats,
+)
+from coordinator.clikit import ARGV, Command, argument, json_option, option, usage_error, words
+from coordinator.clikit import run as run_cli
 from coordinator.core import GITTINS_VARIANTS, POLICY_NAMES, QUEUE_ORDERS, ServiceDistribution
 from coordinator.core.model import CoreError, JobSpec, Node
 from coordinator.core.settings import build_scheduler
@@ -22,6 +35,7 @@ from coordinator.sim.sweep import SWEEP_NAMES, SweepError, format_table, parse_g
 from coordinator.sim.traces import FORMATS, TraceError, load_trace, parse_when, resolve_trace
 
 EXAMPLES = """\
+\b
 examples:
   tiresias-sim examples/traces/figure7.csv --cluster 1x2 --interval 1 --policy srsf --policy las
   tiresias-sim philly --start 2017-10-09 --end 2017-10-16 --cluster 16x8 \\
@@ -31,6 +45,7 @@ examples:
   tiresias-sim philly --vc 11cb48 --start 2017-10-23 --end 2017-10-30 --cluster 5x4 \\
       --policy tiresias-l --sweep thresholds 3600 3600,7200 --sweep load 0.8 1.1 --out sw/
 
+\b
 shipped traces, usable by name: philly, tiresias-60job (traces); yarn-gput1000,
 yarn-gput10000 (GPU-time samples for --gittins-samples)
 """
@@ -101,15 +116,6 @@ def _samples(path: Path) -> tuple[float, ...]:
         raise ValueError(f"--gittins-samples {path}: {e}") from None
 
 
-def _floats(text: str) -> tuple[float, ...]:
-    try:
-        return tuple(float(x) for x in text.split(",") if x.strip())
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"expected comma-separated numbers, got {text!r}"
-        ) from None
-
-
 def _cost(text: str) -> float | str:
     if text == "model":
         return text
@@ -118,175 +124,222 @@ def _cost(text: str) -> float | str:
     except ValueError:
         value = -1.0
     if value < 0:
-        raise argparse.ArgumentTypeError(f"expected seconds ≥ 0 or 'model', got {text!r}")
+        raise ValueError(f"expected seconds ≥ 0 or 'model', got {text!r}")
     return value
 
 
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="tiresias-sim",
-        description=(
-            "Replay a job trace through the Tiresias scheduling core on a virtual clock and\n"
-            "compare policies: average/median/p95/p99 JCT, queueing delay, makespan,\n"
-            "preemptions and GPU utilization, overall and by small/large x short/long bins.\n"
-            "Times are seconds; see docs/simulator.md."
-        ),
-        epilog=EXAMPLES,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    p.add_argument(
-        "trace",
-        type=Path,
-        help="trace file (Tiresias CSV, Philly CSV or JSON), or a shipped trace's name",
-    )
-    t = p.add_argument_group("trace")
-    t.add_argument("--format", choices=FORMATS, help="trace format (default: detected)")
-    t.add_argument("--start", help="keep jobs submitted at or after this date (Philly)")
-    t.add_argument("--end", help="keep jobs submitted before this date (Philly)")
-    t.add_argument("--vc", help="keep one virtual cluster (Philly)")
-    t.add_argument("--limit", type=positive_count, help="keep the first N jobs by submission")
-    c = p.add_argument_group("cluster")
-    g = c.add_mutually_exclusive_group()
-    g.add_argument("--cluster", default="16x4", help="MACHINESxGPUS (default: 16x4)")
-    g.add_argument("--cluster-file", type=Path, help='JSON: {"nodes": [{"name", "gpus"}]}')
-    s = p.add_argument_group("scheduling")
-    s.add_argument(
-        "--policy",
-        action="append",
-        required=True,
-        metavar="P",
-        help="policy, repeatable; the first is the baseline of the ratios: "
-        + ", ".join(POLICY_NAMES),
-    )
-    s.add_argument("--queues", type=positive_count, metavar="K", help="number of priority queues")
-    s.add_argument(
-        "--thresholds", type=_floats, metavar="T1,…", help="queue thresholds, GPU-seconds"
-    )
-    s.add_argument("--promote-knob", type=float, metavar="X", help="PROMOTEKNOB (inf: never)")
-    s.add_argument(
-        "--queue-order",
-        choices=QUEUE_ORDERS,
-        help="order inside a tiresias queue: running jobs ahead of waiting ones (default), "
-        "or FIFO by first start (a preempted job may evict a later-started one)",
-    )
-    s.add_argument(
-        "--learn-thresholds",
-        action=argparse.BooleanOptionalAction,
-        help="tiresias-l/-g: learn the queue thresholds from completed jobs' GPU service "
-        "(Gittins-derived, re-learned online; --thresholds is where they start)",
-    )
-    s.add_argument(
-        "--min-run",
-        type=float,
-        metavar="S",
-        help="a started job runs at least S seconds before it may be preempted",
-    )
-    s.add_argument(
-        "--min-run-restores",
-        type=float,
-        metavar="X",
-        help="… and at least X times its restore cost (see --preempt-cost)",
-    )
-    s.add_argument(
-        "--cheap-victims",
-        action=argparse.BooleanOptionalAction,
-        help="preempt the running jobs of a queue that are cheapest to stop and restart "
-        "first (checkpoint + restore seconds, see --preempt-cost)",
-    )
-    s.add_argument(
-        "--interval",
-        type=seconds,
-        metavar="S",
-        help="also re-evaluate priorities every S seconds (default: only at events and the "
-        "policy's own wakeups); las and tiresias-g then rank running jobs by their service "
-        "at the last tick (las: instead of waking at exact crossings)",
-    )
-    s.add_argument(
-        "--gittins-samples",
-        type=Path,
-        metavar="FILE",
-        help="initial service distribution of tiresias-g and of learned thresholds: CSV "
-        "with header 'duration', GPU-s (or a shipped sample's name, e.g. yarn-gput1000)",
-    )
-    s.add_argument(
-        "--gittins-variant",
-        choices=GITTINS_VARIANTS,
-        help="Gittins index as the paper writes it (default) or as the authors' simulator",
-    )
-    s.add_argument(
-        "--gittins-fixed",
-        action="store_true",
-        help="keep tiresias-g's distribution as seeded (do not learn from completed jobs)",
-    )
-    s.add_argument("--placement", metavar="NAME", help="placement scheme (default: core's)")
-    s.add_argument("--packlimit", type=fraction, metavar="X", help="skew above which to pack")
-    m = p.add_argument_group("models the paper's simulator lacked (off by default)")
-    m.add_argument(
-        "--preempt-cost",
-        type=_cost,
-        metavar="SECONDS|model",
-        help="checkpoint time (GPUs stay held) and restore time (added to the resumed run); "
-        "'model': per-model table",
-    )
-    m.add_argument(
-        "--packing-slowdown",
-        type=float,
-        metavar="F",
-        help="run-time factor for a job with skew > PACKLIMIT spread over machines",
-    )
-    w = p.add_argument_group("sweeps")
-    w.add_argument(
-        "--sweep",
-        nargs="+",
-        action="append",
-        metavar=("NAME", "VALUE"),
-        help="run every combination of the swept values (repeatable, with --out DIR): NAME "
-        "is one of " + ", ".join(SWEEP_NAMES) + "; e.g. --sweep thresholds 3600 3600,7200 "
-        "--sweep load 0.8 1.1. Writes DIR/sweep.csv (a rerun resumes it), sweep.md, sweep.png",
-    )
-    w.add_argument(
-        "--workers",
-        type=positive_count,
-        default=os.cpu_count() or 1,
-        help="parallel simulations of a sweep (default: one per CPU, %(default)s)",
-    )
-    o = p.add_argument_group("output")
-    o.add_argument("--out", type=Path, metavar="DIR", help="write per-job CSVs, JSON, CDF plot")
-    o.add_argument(
-        "--reasons",
-        action="store_true",
-        help="with --out: also write each job's pending reasons and history in words, as "
-        "tiresias queue and status tell them live (reasons-POLICY.jsonl, and main_reason in "
-        "the per-job CSV); costs O(active jobs) per event, so large traces take much longer "
-        "(default: off)",
-    )
-    o.add_argument("--json", action="store_true", help="print only JSON metrics to stdout")
-    o.add_argument(
-        "--bins-gpus",
-        type=positive_count,
-        default=8,
-        help="large: ≥ this many GPUs (default %(default)s)",
-    )
-    o.add_argument(
-        "--bins-duration",
-        type=positive_seconds,
-        default=3600,
-        help="long: ≥ seconds (default %(default)g)",
-    )
-    o.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
-    return p
+TRACE = "trace"
+CLUSTER = "cluster"
+SCHEDULING = "scheduling"
+MODELS = "models the paper's simulator lacked (off by default)"
+SWEEPS = "sweeps"
+OUTPUT = "output"
+PATH = click.Path(path_type=Path)
+DESCRIPTION = (
+    "Replay a job trace through the Tiresias scheduling core on a virtual clock and compare "
+    "policies: average/median/p95/p99 JCT, queueing delay, makespan, preemptions and GPU "
+    "utilization, overall and by small/large x short/long bins. Times are seconds; see "
+    "docs/simulator.md."
+)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    unknown = [name for name in args.policy if name not in POLICY_NAMES]
+@click.command("tiresias-sim", cls=Command, help=DESCRIPTION, epilog=EXAMPLES, greedy=["--sweep"])
+@argument(
+    "trace",
+    type=PATH,
+    help="trace file (Tiresias CSV, Philly CSV or JSON), or a shipped trace's name",
+)
+@option(
+    "--format",
+    "trace_format",
+    type=click.Choice(FORMATS),
+    metavar="|".join(FORMATS),
+    default=None,
+    show_default="detected",
+    section=TRACE,
+    help="trace format",
+)
+@option(
+    "--start",
+    metavar="WHEN",
+    section=TRACE,
+    help="keep jobs submitted at or after this date (Philly)",
+)
+@option(
+    "--end", metavar="WHEN", section=TRACE, help="keep jobs submitted before this date (Philly)"
+)
+@option("--vc", metavar="VC", section=TRACE, help="keep one virtual cluster (Philly)")
+@option("--limit", type=POSITIVE_COUNT, section=TRACE, help="keep the first N jobs by submission")
+@option("--cluster", default="16x4", metavar="MxG", section=CLUSTER, help="MACHINESxGPUS")
+@option(
+    "--cluster-file",
+    type=PATH,
+    metavar="FILE",
+    section=CLUSTER,
+    help='JSON: {"nodes": [{"name", "gpus"}]} (instead of --cluster)',
+)
+@option(
+    "--policy",
+    "policies",
+    multiple=True,
+    required=True,
+    metavar="P",
+    section=SCHEDULING,
+    help="policy, repeatable; the first is the baseline of the ratios: " + ", ".join(POLICY_NAMES),
+)
+@option(
+    "--queues",
+    type=POSITIVE_COUNT,
+    metavar="K",
+    section=SCHEDULING,
+    help="number of priority queues",
+)
+@option(
+    "--thresholds",
+    type=Checked(lambda text: tuple(comma_floats(text)), "T1,…"),
+    section=SCHEDULING,
+    help="queue thresholds, GPU-seconds",
+)
+@option(
+    "--promote-knob", type=float, metavar="X", section=SCHEDULING, help="PROMOTEKNOB (inf: never)"
+)
+@option(
+    "--queue-order",
+    type=click.Choice(QUEUE_ORDERS),
+    metavar="|".join(QUEUE_ORDERS),
+    section=SCHEDULING,
+    help="order inside a tiresias queue: running jobs ahead of waiting ones (default), or FIFO "
+    "by first start (a preempted job may evict a later-started one)",
+)
+@option(
+    "--learn-thresholds/--no-learn-thresholds",
+    default=None,
+    section=SCHEDULING,
+    help="tiresias-l/-g: learn the queue thresholds from completed jobs' GPU service "
+    "(Gittins-derived, re-learned online; --thresholds is where they start)",
+)
+@option(
+    "--min-run",
+    type=float,
+    metavar="S",
+    section=SCHEDULING,
+    help="a started job runs at least S seconds before it may be preempted",
+)
+@option(
+    "--min-run-restores",
+    type=float,
+    metavar="X",
+    section=SCHEDULING,
+    help="… and at least X times its restore cost (see --preempt-cost)",
+)
+@option(
+    "--cheap-victims/--no-cheap-victims",
+    default=None,
+    section=SCHEDULING,
+    help="preempt the running jobs of a queue that are cheapest to stop and restart first "
+    "(checkpoint + restore seconds, see --preempt-cost)",
+)
+@option(
+    "--interval",
+    type=SECONDS,
+    metavar="S",
+    section=SCHEDULING,
+    help="also re-evaluate priorities every S seconds (default: only at events and the "
+    "policy's own wakeups); las and tiresias-g then rank running jobs by their service at "
+    "the last tick (las: instead of waking at exact crossings)",
+)
+@option(
+    "--gittins-samples",
+    type=PATH,
+    metavar="FILE",
+    section=SCHEDULING,
+    help="initial service distribution of tiresias-g and of learned thresholds: CSV with "
+    "header 'duration', GPU-s (or a shipped sample's name, e.g. yarn-gput1000)",
+)
+@option(
+    "--gittins-variant",
+    type=click.Choice(GITTINS_VARIANTS),
+    metavar="|".join(GITTINS_VARIANTS),
+    section=SCHEDULING,
+    help="Gittins index as the paper writes it (default) or as the authors' simulator",
+)
+@option(
+    "--gittins-fixed",
+    is_flag=True,
+    section=SCHEDULING,
+    help="keep tiresias-g's distribution as seeded (do not learn from completed jobs)",
+)
+@option(
+    "--placement",
+    metavar="NAME",
+    show_default="core's",
+    section=SCHEDULING,
+    help="placement scheme",
+)
+@option("--packlimit", type=FRACTION, section=SCHEDULING, help="skew above which to pack")
+@option(
+    "--preempt-cost",
+    type=Checked(_cost, "SECONDS|model"),
+    section=MODELS,
+    help="checkpoint time (GPUs stay held) and restore time (added to the resumed run); "
+    "'model': per-model table",
+)
+@option(
+    "--packing-slowdown",
+    type=float,
+    metavar="F",
+    section=MODELS,
+    help="run-time factor for a job with skew > PACKLIMIT spread over machines",
+)
+@option(
+    "--sweep",
+    "sweeps",
+    type=Checked(words, "NAME VALUE…"),
+    multiple=True,
+    section=SWEEPS,
+    help="run every combination of the swept values (repeatable, with --out DIR): NAME is one "
+    "of " + ", ".join(SWEEP_NAMES) + "; e.g. --sweep thresholds 3600 3600,7200 --sweep load "
+    "0.8 1.1. Writes DIR/sweep.csv (a rerun resumes it), sweep.md, sweep.png",
+)
+@option(
+    "--workers",
+    type=POSITIVE_COUNT,
+    default=os.cpu_count() or 1,
+    show_default="one per CPU",
+    section=SWEEPS,
+    help="parallel simulations of a sweep",
+)
+@option(
+    "--out", type=PATH, metavar="DIR", section=OUTPUT, help="write per-job CSVs, JSON, CDF plot"
+)
+@option(
+    "--reasons",
+    is_flag=True,
+    section=OUTPUT,
+    help="with --out: also write each job's pending reasons and history in words, as tiresias "
+    "queue and status tell them live (reasons-POLICY.jsonl, and main_reason in the per-job "
+    "CSV); costs O(active jobs) per event, so large traces take much longer",
+)
+@json_option("print only JSON metrics to stdout", section=OUTPUT)
+@option(
+    "--bins-gpus", type=POSITIVE_COUNT, default=8, section=OUTPUT, help="large: ≥ this many GPUs"
+)
+@option(
+    "--bins-duration", type=POSITIVE_SECONDS, default=3600.0, section=OUTPUT, help="long: ≥ seconds"
+)
+@option("--no-progress", is_flag=True, section=OUTPUT, help="no progress bar on stderr")
+def command(**a: Any) -> int:
+    args = SimpleNamespace(**a)
+    ctx = click.get_current_context()
+    unknown = [name for name in args.policies if name not in POLICY_NAMES]
     if unknown:
-        parser.error(f"unknown policy {unknown[0]!r}; valid: {', '.join(POLICY_NAMES)}")
-    if len(set(args.policy)) != len(args.policy):
-        parser.error("each --policy may appear once")
+        usage_error(f"unknown policy {unknown[0]!r}; valid: {', '.join(POLICY_NAMES)}")
+    if len(set(args.policies)) != len(args.policies):
+        usage_error("each --policy may appear once")
+    if args.cluster_file and ctx.get_parameter_source("cluster") is ParameterSource.COMMANDLINE:
+        usage_error("--cluster-file: not allowed with --cluster")
     if args.packing_slowdown is not None and args.packing_slowdown < 1:
-        parser.error("--packing-slowdown is a run-time factor ≥ 1")
+        usage_error("--packing-slowdown is a run-time factor ≥ 1")
     try:
         nodes = (
             cluster_from_file(args.cluster_file)
@@ -311,7 +364,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             preempt_cost=args.preempt_cost,
             packing_slowdown=args.packing_slowdown,
         )
-        for name in args.policy:  # reject bad knobs before minutes of simulation
+        for name in args.policies:  # reject bad knobs before minutes of simulation
             build_scheduler(core_settings(name, options), nodes)
         if args.reasons and not args.out:
             raise ValueError("--reasons needs --out DIR (they are written there)")
@@ -319,26 +372,27 @@ def main(argv: Sequence[str] | None = None) -> int:
             _writable_dir(args.out)
         trace = load_trace(
             args.trace,
-            args.format,
+            args.trace_format,
             start=parse_when(args.start) if args.start else None,
             end=parse_when(args.end, end=True) if args.end else None,
             vc=args.vc,
             limit=args.limit,
         )
     except (TraceError, CoreError, ValueError) as e:
-        parser.exit(2, f"tiresias-sim: error: {e}\n")
+        return _error(e)
     for reason, count in sorted(trace.skipped.items()):
         print(f"tiresias-sim: skipped {count} job(s): {reason}", file=sys.stderr)
     if not trace.specs:
-        parser.exit(2, "tiresias-sim: error: no jobs in the trace (or in the slice)\n")
-    if args.sweep:
-        return _sweep(parser, args, trace.specs, nodes, options)
+        return _error("no jobs in the trace (or in the slice)")
+    argv = ["tiresias-sim", *ctx.meta[ARGV]]
+    if args.sweeps:
+        return _sweep(args, argv, trace.specs, nodes, options)
     if args.reasons:  # each job's reasons and history go into the per-job outputs
         options = dataclasses.replace(options, explain=True)
-    results = [_run(trace.specs, nodes, name, options, args.no_progress) for name in args.policy]
+    results = [_run(trace.specs, nodes, name, options, args.no_progress) for name in args.policies]
     _report_refused(results)
     bins = Bins(args.bins_gpus, args.bins_duration)
-    if args.json:
+    if args.as_json:
         print(json.dumps(json_summary(results)))
     else:
         print(
@@ -347,27 +401,37 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         print(format_report(results, bins))
     if args.out:
-        meta = {"trace": str(args.trace), "argv": list(argv if argv is not None else sys.argv)}
+        meta = {"trace": str(args.trace), "argv": argv}
         for path in write_outputs(args.out, results, bins, meta):
             print(f"wrote {path}", file=sys.stderr)
     return 0
 
 
+def _error(problem: object) -> int:
+    """A run that cannot go on: one line, exit code 2."""
+    print(f"tiresias-sim: error: {problem}", file=sys.stderr)
+    return 2
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    return run_cli(command, argv, "tiresias-sim")
+
+
 def _sweep(
-    parser: argparse.ArgumentParser,
-    args: argparse.Namespace,
+    args: SimpleNamespace,
+    argv: list[str],
     specs: list[JobSpec],
     nodes: list[Node],
     options: SimOptions,
 ) -> int:
     if not args.out:
-        parser.error("--sweep needs --out DIR (its results file makes a sweep resumable)")
+        usage_error("--sweep needs --out DIR (its results file makes a sweep resumable)")
     try:
-        grid = parse_grid(args.sweep)
+        grid = parse_grid([list(s) for s in args.sweeps])
         rows, wall, ran = run_sweep(
             specs,
             nodes,
-            args.policy,
+            args.policies,
             options,
             grid,
             args.out,
@@ -376,14 +440,14 @@ def _sweep(
             quiet=args.no_progress,
         )
     except (SweepError, CoreError) as e:
-        parser.exit(2, f"tiresias-sim: error: {e}\n")
+        return _error(e)
     names = [n for n, _ in grid]
     table = format_table(rows, names, markdown=False)
     print(f"{args.trace}: {len(specs)} jobs; {len(rows)} configs ({ran} run now)")
     print(table)
     rate = f"{ran / wall * 60:.1f} configs/minute with {args.workers} workers" if ran else ""
     (args.out / "sweep.md").write_text(
-        f"# Sweep of {', '.join(names)}\n\n`{shlex.join(sys.argv)}`\n\n"
+        f"# Sweep of {', '.join(names)}\n\n`{shlex.join(argv)}`\n\n"
         f"{format_table(rows, names, markdown=True)}\n"
     )
     written = [args.out / "sweep.csv", args.out / "sweep.md"]

@@ -33,7 +33,7 @@ from typing import Any
 import pytest
 from helpers import FAKE_JOB, wait_until
 
-from coordinator.cli import format_job
+from coordinator.cli.tables import format_job
 from coordinator.service.client import Client
 
 SCRIPTS = Path(__file__).parent / "scripts"

@@ -70,7 +70,7 @@ def test_live_and_simulated_options_give_the_same_settings() -> None:
 def test_coordinator_flags_reach_the_core_settings() -> None:
     flags = "--queue-order first-start --min-run 30 --min-run-restores 2 --cheap-victims"
     flags += " --learn-thresholds --gittins-variant authors --gittins-fixed --policy tiresias-g"
-    args = cli.parser().parse_args(flags.split())
+    ctx = cli.command.make_context("tiresias-coordinator", flags.split())
     simulated = SimOptions(
         queue_order="first-start",
         min_run=30.0,
@@ -80,14 +80,13 @@ def test_coordinator_flags_reach_the_core_settings() -> None:
         gittins_variant="authors",
         gittins_learn=False,
     )
-    assert cli.options(args).settings() == core_settings("tiresias-g", simulated)
+    assert cli.options(**ctx.params).settings() == core_settings("tiresias-g", simulated)
 
 
 @pytest.mark.parametrize("bad", ["--min-run-restores=-1", "--min-run=inf", "--queue-order=lifo"])
 def test_a_bad_scheduling_flag_is_one_line_and_exit_2(
     bad: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    with pytest.raises(SystemExit) as exit_:
-        cli.parser().parse_args([bad])
-    assert exit_.value.code == 2
-    assert capsys.readouterr().err.splitlines()[-1].startswith("tiresias-coordinator: error:")
+    assert cli.main([bad]) == 2
+    [line] = capsys.readouterr().err.splitlines()
+    assert line.startswith(f"tiresias-coordinator: Invalid value for '{bad.split('=')[0]}'")

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from helpers import FAKE_JOB
 
-from coordinator.cli import list_jobs
+from coordinator.cli.jobs import list_jobs
 from coordinator.service.client import RequestError
 
 from .conftest import Cluster

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from coordinator import protocol
-from coordinator.cli import list_jobs
+from coordinator.cli.jobs import list_jobs
 from coordinator.service.client import Client
 from coordinator.service.coordinator import Coordinator, Options
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from coordinator.cli import format_job
+from coordinator.cli.tables import format_job
 from coordinator.service.views import run_events
 
 

@@ -95,9 +95,8 @@ def test_bins_split(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_unknown_policy_lists_valid_names(capsys: pytest.CaptureFixture[str]) -> None:
-    with pytest.raises(SystemExit) as e:
-        main([str(FIGURE7), "--policy", "nope"])
-    assert e.value.code == 2
+    code = main([str(FIGURE7), "--policy", "nope"])
+    assert code == 2
     err = capsys.readouterr().err
     assert "unknown policy 'nope'" in err
     assert all(name in err for name in POLICY_NAMES)
@@ -108,9 +107,8 @@ def test_malformed_trace_stops_without_traceback(
 ) -> None:
     bad = tmp_path / "bad.csv"
     bad.write_text("job_id,num_gpu,submit_time,model_name,duration\n1,1,0,,5\n2,two,0,,5\n")
-    with pytest.raises(SystemExit) as e:
-        main([str(bad), "--policy", "tiresias-l"])
-    assert e.value.code == 2
+    code = main([str(bad), "--policy", "tiresias-l"])
+    assert code == 2
     err = capsys.readouterr().err
     assert f"{bad}, line 3, column 2 (num_gpu): expected a number, got 'two'" in err
     assert "Traceback" not in err
@@ -127,9 +125,8 @@ def test_oversize_jobs_reported(capsys: pytest.CaptureFixture[str], tmp_path: Pa
 
 def test_bad_knobs_are_errors(capsys: pytest.CaptureFixture[str]) -> None:
     for extra in (["--cluster", "4by4"], ["--queues", "3"], ["--placement", "nowhere"]):
-        with pytest.raises(SystemExit) as e:
-            main([str(FIGURE7), "--policy", "tiresias-l", *extra])
-        assert e.value.code == 2
+        code = main([str(FIGURE7), "--policy", "tiresias-l", *extra])
+        assert code == 2
         assert "tiresias-sim: error:" in capsys.readouterr().err
 
 
@@ -195,7 +192,6 @@ def test_out_with_reasons_tells_why_each_job_waited(
             "2": "gpus",
             "3": "gpus",
         }
-    with pytest.raises(SystemExit) as e:
-        main([*args, "--policy", "tiresias-l", "--reasons"])
-    assert e.value.code == 2
+    code = main([*args, "--policy", "tiresias-l", "--reasons"])
+    assert code == 2
     assert "--reasons needs --out DIR" in capsys.readouterr().err

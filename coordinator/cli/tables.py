@@ -1,0 +1,125 @@
+"""What ``tiresias`` prints for people: job and node tables, one job in detail.
+
+Queues are shown 1-based (Q1 is the highest priority); ``--json`` output carries the 0-based
+index instead."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from coordinator.service.views import checkpoint_text, exit_text, lost_text
+from coordinator.service.why import history_lines, pending_line, position_text, why_waiting
+from tiresias_launch.report import resume_line
+
+
+def _dur(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    s = int(seconds)
+    if s < 60:
+        return f"{seconds:.1f}s"
+    if s < 3600:
+        return f"{s // 60}m{s % 60:02d}s"
+    return f"{s // 3600}h{s % 3600 // 60:02d}m"
+
+
+def _placement(p: dict[str, list[int]] | None) -> str:
+    if not p:
+        return "-"
+    return " ".join(f"{n}:{','.join(map(str, g))}" for n, g in sorted(p.items()))
+
+
+def _num(x: float | None, fmt: str = "{:.2f}") -> str:
+    return "-" if x is None else fmt.format(x)
+
+
+def _queue(index: int) -> str:
+    """Queue names as the paper writes them: Q1 (highest priority) … QK."""
+    return f"Q{index + 1}"
+
+
+def table(rows: Sequence[dict[str, Any]], columns: Sequence[tuple[str, Callable]]) -> str:
+    """Left-aligned plain-text table; ``columns`` are (header, row → cell) pairs."""
+    cells = [[h for h, _ in columns]] + [[str(f(r)) for _, f in columns] for r in rows]
+    widths = [max(len(c[i]) for c in cells) for i in range(len(columns))]
+    return "\n".join(
+        "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in cells
+    )
+
+
+JOB_COLUMNS: list[tuple[str, Callable]] = [
+    ("JOB", lambda j: j["job_id"]),
+    ("STATE", lambda j: j["state"]),
+    ("GPUS", lambda j: j["gpus"]),
+    ("QUEUE", lambda j: _queue(j["queue"])),
+    ("PRIORITY", lambda j: _num(j["priority"], "{:.4g}")),
+    # place in line of a waiting job: "Q2 #3" (the reasons follow the table)
+    ("LINE", lambda j: position_text(j.get("pending"))),
+    ("ATTAINED", lambda j: f"{j['attained']:.1f} GPU·s"),
+    ("WAITING", lambda j: _dur(j["waiting"])),
+    ("SKEW", lambda j: _num(j["skew"])),
+    ("PLACEMENT", lambda j: _placement(j["placement"])),
+    ("RESTARTS", lambda j: j["restarts"]),
+    # can a preemption checkpoint it: no = it restarts from step 0 (status JOB says why)
+    ("CKPT", lambda j: {True: "yes", False: "no"}.get(j.get("checkpointable"), "-")),
+    ("USER", lambda j: j.get("owner") or "-"),
+    ("NAME", lambda j: j["name"]),
+]
+
+
+def format_job(j: dict[str, Any]) -> str:
+    """Everything about one job, one field a line."""
+    progress = j.get("progress") or {}
+    lines = [
+        f"job        {j['job_id']}  ({j['name']}; checkpoints and logs under {j.get('key')})",
+        f"owner      {j.get('owner') or '-'}",
+        f"command    {' '.join(j['argv'])}",
+        f"state      {j['state']}"
+        + (f"  exit code {j['exit_code']}" if j.get("exit_code") is not None else ""),
+        f"shape      {j['workers']} workers, {j['ps']} ps, {j['gpus']} GPUs",
+        f"queue      {_queue(j['queue'])}  priority {_num(j['priority'], '{:.4g}')}",
+        f"attained   {j['attained']:.1f} GPU·s  (run {_dur(j['executed'])}, "
+        f"waiting {_dur(j['waiting'])})",
+        f"skew S_J   {_num(j['skew'], '{:.3f}')}"
+        + (f"  (PACKLIMIT {j['packlimit']:.3f})" if j.get("packlimit") is not None else ""),
+        f"placement  {_placement(j['placement'])}",
+        f"restarts   {j['restarts']}  preemptions {j['preemptions']}  promotions {j['promotions']}",
+    ]
+    if progress.get("step") is not None:
+        lines.append(
+            f"progress   step {progress['step']} (restart {progress.get('restart')})"
+            + (f", {progress['iter_time'] * 1e3:.3g} ms/step" if progress.get("iter_time") else "")
+            + (f", {progress['gpu_time']:.1f} GPU·s" if progress.get("gpu_time") else "")
+        )
+    lines.append(f"checkpoint {checkpoint_text(j)}")
+    warmup = progress.get("warmup") or {}
+    if warmup.get("step") and "first_step" in warmup:
+        lines.append(f"resumed    {resume_line(warmup).removeprefix('resumed ')}")
+    if lost_text(j.get("lost")):
+        lines.append(f"lost       {lost_text(j.get('lost'))}")
+    if j.get("last_exit"):
+        lines.append(f"last exit  {exit_text(j['last_exit'])}")
+    if j.get("pending"):
+        lines.append(f"waiting    {pending_line(j).split('  ', 1)[1]}")
+    if j.get("log_tail"):
+        lines.append("log tail of the failing process:")
+        lines += ["  " + line for line in j["log_tail"].rstrip().splitlines()[-10:]]
+    if j.get("history"):
+        lines += ["history:", *history_lines(j["history"])]
+    return "\n".join(lines)
+
+
+def jobs_text(jobs: list[dict[str, Any]]) -> str:
+    """A table of jobs, then why each waiting one waits."""
+    return "\n".join([table(jobs, JOB_COLUMNS), *why_waiting(jobs)])
+
+
+NODE_COLUMNS: list[tuple[str, Callable]] = [
+    ("NODE", lambda n: n["name"]),
+    ("HOST", lambda n: n["host"] or "-"),
+    ("STATE", lambda n: "up" if n["connected"] else "lost"),
+    ("GPUS", lambda n: f"{n['used']}/{n['total']}"),
+    ("JOBS", lambda n: " ".join(sorted({g["job"] for g in n["gpus"] if g["job"]})) or "-"),
+    ("LAST SEEN", lambda n: _dur(n["silent_for"]) + " ago" if n["silent_for"] is not None else "-"),
+]

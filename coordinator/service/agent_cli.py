@@ -1,0 +1,106 @@
+"""``tiresias-agent``: the command line of a node agent (:class:`Agent`), one per machine.
+
+Discovers the GPUs, connects to the coordinator and serves until SIGTERM or Ctrl-C; a bad
+flag, GPU count, address or key directory is one line and exit code 2."""
+
+from __future__ import annotations
+
+import logging
+import signal
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+import click
+
+from coordinator.argtypes import POSITIVE_SECONDS
+from coordinator.clikit import Command, option, run, usage_error
+from coordinator.service.agent import Agent, discover_gpus
+from coordinator.service.client import ADDRESS_ENV, DEFAULT_ADDRESS, client_keys
+from coordinator.service.keys import KEYS_ENV
+
+DESCRIPTION = (
+    "Node agent: one per machine. Discovers GPUs, registers with the coordinator, spawns the "
+    "processes it is given (each in its own process group, logging to a file), signals and "
+    "kills them on command, and reports how each job's local processes ended."
+)
+
+
+@click.command("tiresias-agent", cls=Command, help=DESCRIPTION)
+@option(
+    "--coordinator",
+    default=DEFAULT_ADDRESS,
+    metavar="ADDRESS",
+    envvar=ADDRESS_ENV,
+    show_envvar=True,
+    help="coordinator address",
+)
+@option(
+    "--gpus",
+    default="auto",
+    metavar="auto|N",
+    help="'auto' (NVML) or a number of virtual GPUs",
+)
+@option("--name", default=None, metavar="NAME", show_default="host name", help="node name")
+@option(
+    "--host",
+    default=None,
+    metavar="HOST",
+    show_default="--name",
+    help="address peers of a job use to reach this node",
+)
+@option(
+    "--workdir",
+    type=click.Path(path_type=Path),
+    default=None,
+    metavar="DIR",
+    show_default="./tiresias-agent/NAME",
+    help="where job logs go",
+)
+@option(
+    "--heartbeat",
+    type=POSITIVE_SECONDS,
+    default=1.0,
+    help="seconds between heartbeats",
+)
+@option(
+    "--curve-keys",
+    default=None,
+    metavar="DIR",
+    envvar=KEYS_ENV,
+    show_envvar=True,
+    help="CURVE key directory",
+)
+def command(
+    coordinator: str,
+    gpus: str,
+    name: str | None,
+    host: str | None,
+    workdir: Path | None,
+    heartbeat: float,
+    curve_keys: str | None,
+) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    try:
+        found = discover_gpus(gpus)
+        keys = client_keys(curve_keys, coordinator)
+    except (ValueError, OSError) as e:
+        usage_error(str(e))
+    agent = Agent(coordinator, found, name, workdir, keys, heartbeat, host)
+    signal.signal(signal.SIGTERM, lambda *_: agent.stop.set())
+    try:
+        agent.run()
+    except KeyboardInterrupt:
+        pass
+    except (ValueError, OSError) as e:
+        print(f"tiresias-agent: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    return run(command, argv, "tiresias-agent")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
