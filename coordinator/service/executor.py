@@ -20,7 +20,7 @@ the missing ones.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -129,6 +129,11 @@ class Executor(Protocol):
     ) -> bool:
         """Ask ``node`` for the job's log files after ``offsets`` (at most ``limit`` bytes);
         the answer comes back as ``LogData(req, …)``. False: this node cannot answer."""
+
+    def expect(self, nodes: Iterable[str], mono: float) -> None:
+        """After a coordinator restart: nodes the journal knows. Report each back as
+        ``NodeUp`` (with its running parts), or as ``NodeLost`` if it does not come back in
+        time; until then the coordinator schedules nothing."""
 
     def poll(self, mono: float) -> list[ExecutorEvent]:
         """Events found by looking (``mono``: the loop's monotonic clock), e.g. nodes silent

@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import os
 import pwd
+import socket
 from dataclasses import dataclass
+from pathlib import Path
 
 import zmq
 
@@ -115,3 +117,24 @@ def check_bind(address: str, curve: bool) -> None:
 
 def ipc_path(address: str) -> str | None:
     return address[len("ipc://") :] if address.startswith("ipc://") else None
+
+
+def claim_socket(path: Path) -> None:
+    """Make the directory of an ipc:// socket, and refuse one where others could replace
+    the socket with their own, or where a live coordinator already listens (binding would
+    silently take its socket away)."""
+    directory = path.parent
+    directory.mkdir(mode=0o711, parents=True, exist_ok=True)
+    st = directory.stat()
+    if st.st_uid not in (0, os.geteuid()) or st.st_mode & 0o022:
+        raise ValueError(
+            f"socket directory {directory} is writable by other users, who could replace the "
+            f"socket; use a directory only you (or root) may write"
+        )
+    if path.exists():
+        with socket.socket(socket.AF_UNIX) as probe:
+            try:
+                probe.connect(str(path))
+            except OSError:
+                return  # left by a coordinator that is gone: binding replaces it
+        raise OSError(f"cannot serve on ipc://{path}: another coordinator is serving there")

@@ -3,7 +3,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+
+from coordinator.core.model import JobState
+from coordinator.core.scheduler import Scheduler
+from coordinator.service.executor import NodeInfo
 
 
 class Metrics:
@@ -47,6 +53,26 @@ class Metrics:
         if child is None:
             child = self._by_type[msg_type] = self.messages.labels(msg_type)
         child.inc()
+
+    def update(self, sched: Scheduler, nodes: Iterable[NodeInfo]) -> None:
+        """Set the gauges from the core's jobs and the executor's nodes."""
+        queues: dict[int, int] = {}
+        running = used = 0
+        for job in sched.jobs():  # active jobs come first
+            if job.state.finished:
+                break
+            if job.state is JobState.WAITING:
+                queues[job.queue] = queues.get(job.queue, 0) + 1
+            elif job.state in (JobState.RUNNING, JobState.PREEMPTING):
+                running += 1
+                used += job.gpus
+        for q in range(sched.config.queues):
+            self.queue_length.labels(str(q)).set(queues.get(q, 0))
+        self.running_jobs.set(running)
+        self.gpus_in_use.set(used)
+        up = [n for n in nodes if n.connected]
+        self.nodes_up.set(len(up))
+        self.gpus_total.set(sum(len(n.gpus) for n in up))
 
     def serve(self, port: int, addr: str = "127.0.0.1") -> None:
         """Serve /metrics over HTTP from a daemon thread."""

@@ -35,6 +35,10 @@ CREATE TABLE IF NOT EXISTS decisions (n INTEGER PRIMARY KEY AUTOINCREMENT, time 
                                       allocation TEXT);
 """
 
+#: The layout of the state database. 1: before it was recorded (the same tables and record
+#: maps); a state written by a newer coordinator is refused, never half-read.
+SCHEMA_VERSION = 2
+
 
 def private(path: Path) -> None:
     """Create ``path`` as 0600 before anything is written to it (the journal holds jobs'
@@ -75,6 +79,22 @@ class Store:
         snap = self.db.execute("SELECT seq FROM snapshot").fetchone()
         self.seq = max(row[0] or 0, snap[0] if snap else 0)
         self.since_snapshot = 0
+        self._check_version(directory)
+
+    def _check_version(self, directory: Path) -> None:
+        """Refuse a state database of a layout this coordinator does not know; record ours
+        in one it does (older ones are read as they are)."""
+        version = self.get_meta("schema", 1)
+        if not isinstance(version, int) or not 1 <= version <= SCHEMA_VERSION:
+            self.db.close()
+            raise ValueError(
+                f"state {directory} has state schema version {version!r}, which this "
+                f"coordinator cannot read (it reads versions 1 to {SCHEMA_VERSION}); start "
+                f"the coordinator version that wrote it, or use a new --state"
+            )
+        if version != SCHEMA_VERSION:
+            with self.tx():
+                self.set_meta("schema", SCHEMA_VERSION)
 
     @contextmanager
     def tx(self) -> Iterator[None]:

@@ -4,34 +4,36 @@ service's records, shared by the coordinator (to answer) and the CLI (to print).
 from __future__ import annotations
 
 import signal
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 from coordinator.core.model import Job, JobState
+from coordinator.service.records import JobRecord
 from tiresias_launch.report import checkpoint_line, resume_line
 
 
-def job_view(job: Job, rec: dict[str, Any], now: float, rank: int | None) -> dict[str, Any]:
+def job_view(job: Job, rec: JobRecord, now: float, rank: int | None) -> dict[str, Any]:
     """One job as clients see it. ``priority`` is its rank in the policy's order (1 = first
     in line), the same for every policy; None once finished."""
-    req = rec.get("request", {})
+    req = rec.request
     waiting = now - job.wait_since if job.state is JobState.WAITING and job.wait_since else 0.0
     return {
         "job_id": job.job_id,
-        "key": rec.get("key") or job.job_id,
-        "name": req.get("name") or Path(req.get("argv", [""])[0]).name,
-        "argv": req.get("argv", []),
-        "owner": req.get("owner"),
+        "key": rec.key,
+        "name": req.name or Path(req.argv[0] if req.argv else "").name,
+        "argv": req.argv,
+        "owner": req.owner,
         "state": job.state.value,
         "queue": job.queue,
         "priority": rank,
         "gpus": job.gpus,
-        "workers": req.get("workers", job.gpus),
-        "ps": req.get("ps", 0),
+        "workers": req.workers,
+        "ps": req.ps,
         "attained": job.attained(now),
         "executed": job.total_executed_at(now),
         "waiting": waiting,
-        "skew": job.spec.skew if rec.get("skew") is None else rec["skew"],
+        "skew": job.spec.skew if rec.skew is None else rec.skew,
         "placement": job.allocation.to_wire() if job.allocation else None,
         "restarts": job.restarts,
         "preemptions": job.preemptions,
@@ -39,15 +41,15 @@ def job_view(job: Job, rec: dict[str, Any], now: float, rank: int | None) -> dic
         "arrival": job.spec.arrival,
         "first_start": job.first_start,
         "finish": job.finish,
-        "submitted": rec.get("submitted"),
-        "exit_code": rec.get("exit_code"),
-        "log_tail": rec.get("log_tail"),
-        "last_exit": rec.get("last_exit"),
-        "progress": rec.get("progress", {}),
-        "checkpointable": rec.get("checkpointable"),
-        "checkpointable_why": rec.get("checkpointable_why"),
-        "lost": rec.get("lost"),
-        "nodes_ever": rec.get("nodes_ever", []),
+        "submitted": rec.submitted,
+        "exit_code": rec.exit_code,
+        "log_tail": rec.log_tail,
+        "last_exit": rec.last_exit,
+        "progress": rec.progress.to_wire(),
+        "checkpointable": rec.checkpointable,
+        "checkpointable_why": rec.checkpointable_why,
+        "lost": asdict(rec.lost) if rec.lost else None,
+        "nodes_ever": rec.nodes_ever,
     }
 
 

@@ -174,7 +174,7 @@ def test_a_failing_exit_is_applied_all_or_nothing(
         reply = agent.request("exited", **exit_msg)
         assert reply["type"] == "error" and "injected failure" in reply["error"]
         view = client.request("status", job_id=job)["job"]
-        assert view["state"] == "running" and coord.records[job]["run"]["parts"] == {"n1": None}
+        assert view["state"] == "running" and coord.book.records[job].run.parts == {"n1": None}
         monkeypatch.undo()
         assert agent.request("exited", **exit_msg)["type"] == "ok"
         assert client.request("status", job_id=job)["job"]["state"] == "completed"

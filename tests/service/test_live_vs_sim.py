@@ -1,5 +1,7 @@
 """The live service and the simulator make the same decisions, in the same order, for the
-same small scenario (2D-LAS, one 2-GPU node, a long job preempted twice by short ones).
+same small scenario (2D-LAS, one 2-GPU node, a long job preempted twice by short ones): once
+through the run book alone, the machines played by the test, and once through a real
+coordinator, agent and jobs.
 
 The coordinator runs on its manual clock: attained service grows only when the test advances
 it, so the demotion and each arrival happen at the scenario's times however long the
@@ -8,10 +10,12 @@ machine takes to start or stop a process, and only the order is compared."""
 from __future__ import annotations
 
 from coordinator.core.model import JobSpec, Node
+from coordinator.service.runs import KillParts, LaunchGang, Signal
 from coordinator.service.store import Store
 from coordinator.sim.engine import simulate
 
 from .conftest import Cluster, wait_until
+from .runbook import Bench
 
 # (job, GPUs, arrival s, duration s): A crosses the 4 GPU-s threshold at t=2 and is demoted;
 # B and C (Q1) preempt it at t=3; A resumes at ~5 and is preempted by D at t=7.
@@ -28,6 +32,36 @@ def simulated_order() -> list[tuple[str, str]]:
         specs, [Node("n", (0, 1))], "tiresias-l", thresholds=(4.0,), keep_decisions=True
     )
     return [(type(d).__name__.lower(), d.job_id) for _, d in result.decisions]
+
+
+def test_run_book_order_equals_simulated() -> None:
+    """Each launch runs at once, each preemption is answered by a checkpointed exit, and a
+    job completes as soon as it has run its duration."""
+    bench = Bench(policy="tiresias-l", thresholds=[4.0])
+    bench.node("n", 2)
+    durations = {j: d for j, _, _, d in SCENARIO}
+    arrivals = sorted(SCENARIO, key=lambda s: s[2])
+    running: set[str] = set()
+    for tick in range(round(20 / STEP)):
+        t = tick * STEP
+        while arrivals and arrivals[0][2] <= t + 1e-9:
+            job_id, gpus, _, _ = arrivals.pop(0)
+            bench.submit(job_id, gpus, t)
+        for job_id in sorted(running):
+            if bench.sched.job(job_id).total_executed_at(t) >= durations[job_id] - 1e-9:
+                running.discard(job_id)
+                bench.exit(job_id, "n", "completed", t)
+        commands = bench.schedule(t)
+        while commands:  # the machines answer at once; the core may decide again
+            for c in commands:
+                if isinstance(c, LaunchGang):
+                    running.add(c.gang.job_id)
+                elif isinstance(c, Signal | KillParts):
+                    running.discard(c.job_id)
+                    bench.exit(c.job_id, "n", "checkpointed", t, codes=(75,))
+            commands = bench.take() + bench.schedule(t)
+    assert not running and all(bench.state(j) == "completed" for j in durations)
+    assert bench.ledger.decisions == simulated_order()
 
 
 def test_live_order_equals_simulated(cluster: Cluster) -> None:

@@ -262,9 +262,8 @@ def test_jobs_on_this_machine_get_ports_the_os_says_are_free(
         opts = Options(bind=f"ipc://{tmp_path}/c.sock", state=tmp_path / "s")
         opts.port_base = held
         with in_process_coordinator(opts) as coord:
-            coord.hosts.update({"local": "127.0.0.1", "far": "10.9.9.9"})
-            local = coord._job_port("local")
+            local = coord.job_port("127.0.0.1")
             assert local != held
             with socket.socket() as s:
                 s.bind(("127.0.0.1", local))
-            assert coord._job_port("far") == held
+            assert coord.job_port("10.9.9.9") == held

@@ -1,0 +1,116 @@
+"""Opening a state directory: refuse one this coordinator cannot replay exactly, and rebuild
+the scheduler, the job records and the learned PACKLIMIT history as last committed."""
+
+from __future__ import annotations
+
+import logging
+import secrets
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from coordinator.core import events
+from coordinator.core.model import CoreError
+from coordinator.core.packlimit import PackLimit
+from coordinator.core.placement import DEFAULT_PACKLIMIT
+from coordinator.core.scheduler import Scheduler
+from coordinator.core.settings import Settings, build_scheduler, restore_scheduler
+from coordinator.service.options import Options
+from coordinator.service.records import JobRecord
+from coordinator.service.store import Store
+
+log = logging.getLogger("tiresias.coordinator")
+
+
+class Clock:
+    """Core time in seconds: monotonic within a process and continued across restarts from
+    the journal (``base``); or advanced only by ``advance`` requests (manual, for tests)."""
+
+    def __init__(self, base: float, manual: bool) -> None:
+        self.manual = manual
+        self.base = base
+        self._mono0 = time.monotonic()
+
+    def now(self) -> float:
+        return self.base if self.manual else self.base + time.monotonic() - self._mono0
+
+    def advance(self, seconds: float) -> None:
+        self.base += seconds
+
+
+def check_core_options(store: Store, opts: Options, settings: Settings) -> None:
+    """Replay is exact only under the options the journal was written with: refuse a
+    restart that changes them."""
+    gittins_history = str(opts.gittins_history) if opts.gittins_history else None
+    mine = {**settings.journal_record(), "gittins_history": gittins_history}
+    # options newer than the journal were at what is now their default
+    defaults = Settings().journal_record()
+    stored = store.get_meta("core_options")
+    if stored is None or store.empty():  # nothing to replay: any options will do
+        with store.tx():
+            store.set_meta("core_options", mine)
+        return
+    for key, value in mine.items():
+        was = stored.get(key, defaults.get(key))
+        if was != value:
+            raise ValueError(
+                f"state {opts.state} was created with {key}={was!r} but this "
+                f"start asks for {value!r}; restart with the same scheduler options or "
+                f"use a new --state"
+            )
+
+
+def instance(store: Store) -> str:
+    """This state directory's random identity: job keys ``<job id>-<instance>`` are unique
+    across state directories and coordinators, although every new state starts at j1."""
+    found = store.get_meta("instance")
+    if found is None:
+        found = secrets.token_hex(4)
+        with store.tx():
+            store.set_meta("instance", found)
+    return str(found)
+
+
+@dataclass
+class Loaded:
+    sched: Scheduler
+    #: In submission order (j1, j2, …).
+    records: dict[str, JobRecord]
+    packlimit: PackLimit
+    next_job: int
+    #: Journal events replayed; None for a fresh state directory.
+    replayed: int | None
+
+
+def load(store: Store, opts: Options, settings: Settings, fresh: Scheduler | None = None) -> Loaded:
+    """Everything as last committed: the snapshot's scheduler (``fresh`` when nothing was
+    snapshotted) with the journal replayed on it, the job records, the PACKLIMIT learner."""
+    snapshot, journal = store.load()
+    if snapshot is None:
+        sched = fresh or build_scheduler(settings)
+    else:
+        sched = restore_scheduler(snapshot, settings)
+    for kind, args in journal:
+        event = events.from_wire(kind, args)  # CoreError: a journal this version cannot read
+        try:
+            sched.apply(event)
+        except CoreError as e:  # it failed live too, and was journaled regardless
+            log.debug("replayed %s failed again: %s", kind, e)
+    records = {
+        job_id: JobRecord.from_wire(job_id, rec)
+        for job_id, rec in sorted(store.jobs(), key=lambda item: int(item[0][1:]))
+    }
+    packlimit = PackLimit(DEFAULT_PACKLIMIT if opts.packlimit is None else opts.packlimit)
+    for key, skew, placement, iter_time in store.observations():
+        packlimit.observe(key, skew, placement, iter_time)
+    replayed = len(journal) if journal or snapshot else None
+    return Loaded(sched, records, packlimit, store.get_meta("next_job", 1), replayed)
+
+
+def submit_keys(records: dict[str, JobRecord]) -> dict[tuple[Any, str], str]:
+    """(owner, client key) → job id: a resent submit is answered with the same job."""
+    return {
+        (rec.request.owner, rec.request.key): job_id
+        for job_id, rec in records.items()
+        if rec.request.key is not None
+    }

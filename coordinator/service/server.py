@@ -1,0 +1,57 @@
+"""What message handlers (``requests``, ``agent_messages``, ``access``) may use of the
+coordinator: its state and its journal transaction. A Protocol, so that handlers depend on
+this and not on the server loop's module."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from typing import Any, Protocol
+
+from coordinator.core import events
+from coordinator.core.model import Decision
+from coordinator.core.scheduler import Scheduler
+from coordinator.service.agents import AgentFleet
+from coordinator.service.executor import Executor, ExecutorEvent
+from coordinator.service.history import History
+from coordinator.service.identity import Peer
+from coordinator.service.logfetch import LogFetches
+from coordinator.service.options import Options
+from coordinator.service.recovery import Clock
+from coordinator.service.runs import RunBook
+from coordinator.service.store import Store
+
+
+class Server(Protocol):
+    opts: Options
+    peer: Peer  # who sent the message being handled
+    sched: Scheduler
+    book: RunBook
+    clock: Clock
+    store: Store
+    executor: Executor
+    fleet: AgentFleet
+    logs: LogFetches
+    #: Each job's story in words (``status JOB``).
+    history: History
+    #: Whether the loop should schedule before it sleeps again.
+    dirty: bool
+    #: Jobs whose reported progress is written at the next flush.
+    progress_dirty: set[str]
+    next_job: int
+    #: (owner, client key) → job id of submits with a key.
+    submit_keys: dict[tuple[Any, str], str]
+    instance: str
+    skew_estimator: Callable[[dict[str, Any], int], float | None]
+
+    def atomic(self) -> AbstractContextManager[None]:
+        """One journal transaction; commands leave after it commits."""
+
+    def core(self, event: events.Event) -> list[Decision]:
+        """Apply one core event and journal it (inside ``atomic``)."""
+
+    def act(self, decisions: list[Decision]) -> None:
+        """Turn core decisions into executor commands (inside ``atomic``)."""
+
+    def apply(self, event: ExecutorEvent) -> bool:
+        """Act on an executor event; False when it is stale news."""

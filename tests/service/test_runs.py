@@ -1,0 +1,124 @@
+"""The run lifecycle without machines: a real scheduler core decides, the run book turns
+its decisions into executor commands and the parts' exits (played by the test) into job
+outcomes."""
+
+from __future__ import annotations
+
+from coordinator.core import events
+from coordinator.service.agent import SETTLE
+from coordinator.service.runs import KillParts, LaunchGang, Signal
+from tiresias_launch.contract import JOB_TOKEN
+
+from .runbook import GRACE, HEARTBEAT, Bench
+
+
+def _started(bench: Bench, job_id: str, workers: int, t: float = 0.0) -> LaunchGang:
+    bench.submit(job_id, workers, t)
+    (launch,) = bench.schedule(t)
+    assert isinstance(launch, LaunchGang) and launch.gang.job_id == job_id
+    return launch
+
+
+def test_a_start_launches_one_part_per_node_with_the_allocated_gpus() -> None:
+    bench = Bench(policy="yarn-cs")
+    bench.node("n1", 2)
+    bench.node("n2", 2)
+    gang = _started(bench, "j1", 4).gang
+    assert (gang.job_key, gang.restart, gang.owner, gang.grace) == ("j1-x", 0, "alice", GRACE)
+    assert sorted(gang.parts) == ["n1", "n2"]
+    for node, procs in gang.parts.items():
+        assert sorted(g for p in procs for g in p.gpus) == [0, 1], node
+        for p in procs:
+            assert p.env["TIRESIAS_PREEMPT_SIGNAL"] == "SIGTERM" and p.env[JOB_TOKEN] == "tok"
+            assert p.env["CUDA_VISIBLE_DEVICES"] == ",".join(map(str, p.gpus))
+    run = bench.book.records["j1"].run
+    assert run is not None and run.parts == {"n1": None, "n2": None}
+    assert bench.book.records["j1"].nodes_ever == ["n1", "n2"]
+    assert bench.ledger.decisions == [("start", "j1")]
+
+
+def test_a_failed_part_stops_the_others_and_fails_the_job_once_all_are_gone() -> None:
+    bench = Bench(policy="yarn-cs")
+    bench.node("n1", 1)
+    bench.node("n2", 1)
+    _started(bench, "j1", 2)
+    bench.exit("j1", "n1", "failed", 1.0, codes=(3,))
+    assert bench.take() == [KillParts("j1", 0, ("n2",), 0.0)]
+    assert bench.state("j1") == "running"  # the core hears of it once every part is gone
+    bench.exit("j1", "n2", "killed", 1.5, codes=(-9,))
+    rec = bench.book.records["j1"]
+    assert bench.state("j1") == "failed" and rec.exit_code == 3 and rec.run is None
+    assert rec.ended == bench.when(1.5).wall
+    assert not bench.book.is_current("j1", 0, "n2")  # a resent exit is old news
+
+
+def test_a_completed_part_gives_its_peers_a_moment_then_the_job_completes() -> None:
+    bench = Bench(policy="yarn-cs")
+    bench.node("n1", 1)
+    bench.node("n2", 1)
+    _started(bench, "j1", 2)
+    bench.exit("j1", "n1", "completed", 1.0)
+    assert bench.take() == [KillParts("j1", 0, ("n2",), SETTLE)]
+    bench.exit("j1", "n2", "killed", 1.2, codes=(-15,))
+    assert bench.state("j1") == "completed" and bench.book.records["j1"].exit_code == 0
+
+
+def _preempted(bench: Bench) -> Signal:
+    """tiresias-l, 4 GPU-s threshold: j1 (2 GPUs) is demoted by t=3, when j2 arrives."""
+    bench.node("n", 2)
+    _started(bench, "j1", 2)
+    bench.submit("j2", 1, 3.0)
+    (signal,) = bench.schedule(3.0)
+    assert isinstance(signal, Signal)
+    return signal
+
+
+def test_a_preemption_signals_with_a_grace_then_insists_then_resumes_from_the_checkpoint() -> None:
+    bench = Bench(policy="tiresias-l", thresholds=[4.0])
+    assert _preempted(bench) == Signal("j1", 0, ("n",), "SIGTERM", GRACE)
+    mono = bench.when(3.0).mono
+    bench.book.overdue(mono + GRACE + HEARTBEAT - 1)
+    assert bench.take() == []
+    bench.book.overdue(mono + GRACE + HEARTBEAT + 1)
+    assert bench.take() == [KillParts("j1", 0, ("n",))]
+    bench.exit("j1", "n", "checkpointed", 4.0, codes=(75,))
+    assert bench.state("j1") == "waiting" and bench.book.records["j1"].lost is None
+    (start,) = bench.schedule(4.0)
+    assert isinstance(start, LaunchGang) and start.gang.job_id == "j2"
+
+
+def test_a_preemption_without_a_checkpoint_counts_the_steps_to_run_again() -> None:
+    bench = Bench(policy="tiresias-l", thresholds=[4.0])
+    _preempted(bench)  # j1 ran t=0..3 on 2 GPUs
+    p = bench.book.records["j1"].progress
+    p.restart, p.step, p.checkpoint = 0, 100, {"step": 60}
+    bench.exit("j1", "n", "preempted", 4.0, codes=(-15,))
+    lost = bench.book.records["j1"].lost
+    assert lost is not None
+    assert (lost.preemptions, lost.steps) == (1, 40)
+    assert abs(lost.gpu_seconds - 2 * 3.0 * 0.4) < 1e-9  # 40 of 100 steps of 3 s on 2 GPUs
+
+
+def test_a_lost_node_loses_its_parts_kills_the_survivors_and_requeues_the_job() -> None:
+    bench = Bench(policy="yarn-cs")
+    bench.node("n1", 1)
+    bench.node("n2", 1)
+    _started(bench, "j1", 2)
+    bench.book.node_lost("n1", bench.when(5.0))
+    assert events.NodeDown("n1", 5.0) in bench.ledger.events
+    assert bench.take() == [KillParts("j1", 0, ("n2",), 0.0)]
+    bench.exit("j1", "n2", "killed", 5.5, codes=(-9,))
+    assert bench.state("j1") == "waiting"  # lost, not failed: it runs again
+
+
+def test_reconcile_kills_what_a_node_should_not_run_and_loses_what_it_no_longer_does() -> None:
+    bench = Bench(policy="yarn-cs")
+    bench.node("n1", 2)
+    _started(bench, "j1", 1)
+    _started(bench, "j2", 1)
+    bench.node("n1", 2, 1.0, running={"j1": 0, "j9": 4})  # j2 gone, j9 unknown
+    assert bench.take() == [KillParts("j9", 4, ("n1",))]
+    assert bench.book.records["j1"].run is not None
+    assert bench.book.records["j2"].run is None and bench.state("j2") == "waiting"
+    bench.node("n1", 2, 2.0, running={"j1": 0})  # all agreed: nothing to do
+    assert bench.take() == []
