@@ -2,8 +2,8 @@
 
 Installs the preemption signal handlers before anything slow is imported, says at start when
 the script has nothing checkpointable (then the signals keep their default action), hosts or
-awaits the Horovod rendezvous, patches Keras ``fit`` (unmodified scripts become preemptible),
-then runs the script as ``__main__``.
+awaits the Horovod rendezvous, patches Keras ``fit`` and Lightning ``Trainer.fit`` (unmodified
+scripts become preemptible), then runs the script as ``__main__``.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import sys
 import traceback
 from pathlib import Path
 
-from tiresias_launch import keras
+from tiresias_launch import keras, lightning
 from tiresias_launch.checkpointable import why_not
 from tiresias_launch.env import EnvError
 from tiresias_launch.runtime import get_runtime
@@ -51,6 +51,7 @@ def main(argv: list[str] | None = None) -> int:
     if why is not None:
         rt.cannot_checkpoint(why)
     keras.install()
+    lightning.install()
     sys.path[0] = os.path.dirname(os.path.abspath(script))
     code = 0
     try:

@@ -19,11 +19,8 @@ from __future__ import annotations
 
 import functools
 import importlib
-import importlib.abc
-import importlib.machinery
 import inspect
 import logging
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -31,6 +28,7 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from tiresias_launch.checkpoint import Checkpoint, CheckpointError
+from tiresias_launch.imports import patch_on_import
 from tiresias_launch.keras_flavours import TARGETS, Flavour
 from tiresias_launch.runtime import Runtime, get_runtime
 
@@ -58,11 +56,7 @@ CALLBACK_STATE = {
 
 def install() -> None:
     """Patch ``Model.fit`` of every Keras flavour, now if loaded, else when imported."""
-    for name in TARGETS:
-        if name in sys.modules:
-            _patch_module(sys.modules[name])
-    if not any(isinstance(f, _PatchingFinder) for f in sys.meta_path):
-        sys.meta_path.insert(0, _PatchingFinder())
+    patch_on_import(dict.fromkeys(TARGETS, _patch_module))
 
 
 def _patch_module(module: ModuleType) -> None:
@@ -98,36 +92,6 @@ def _backs_up_itself(original: Callable[..., Any], *call: Any) -> bool:
         "resumes from that callback's last backup"
     )
     return True
-
-
-class _PatchingLoader(importlib.abc.Loader):
-    def __init__(self, inner: importlib.abc.Loader) -> None:
-        self.inner = inner
-
-    def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType | None:
-        return self.inner.create_module(spec)
-
-    def exec_module(self, module: ModuleType) -> None:
-        self.inner.exec_module(module)
-        _patch_module(module)
-
-
-class _PatchingFinder(importlib.abc.MetaPathFinder):
-    """Finds the Keras ``Model`` modules through the other finders and wraps their loader."""
-
-    def find_spec(
-        self, name: str, path: Any, target: ModuleType | None = None
-    ) -> importlib.machinery.ModuleSpec | None:
-        if name not in TARGETS:
-            return None
-        for finder in sys.meta_path:
-            if finder is self or not hasattr(finder, "find_spec"):
-                continue
-            spec = finder.find_spec(name, path, target)
-            if spec is not None and spec.loader is not None:
-                spec.loader = _PatchingLoader(spec.loader)
-                return spec
-        return None
 
 
 @dataclass

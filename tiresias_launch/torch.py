@@ -35,7 +35,7 @@ def _module(model: torch.nn.Module) -> torch.nn.Module:
     return inner if isinstance(inner, torch.nn.Module) else model
 
 
-def _resumable(sampler: Any) -> Any:
+def resumable(sampler: Any) -> Any:
     """A loader's (batch) sampler, made resumable by swapping its class for a subclass (same
     layout: no new slots) whose passes record the RNG states they start with (a
     ``RandomSampler`` draws its permutation from them) and can be told, once, to start from
@@ -51,8 +51,8 @@ def _resumable(sampler: Any) -> Any:
         skip, start = self._tiresias_skip, self._tiresias_start
         self._tiresias_skip, self._tiresias_start = 0, None
         if start is not None:
-            _set_rng_states(start)
-        self._tiresias_pass_rng = _rng_states()
+            set_rng_states(start)
+        self._tiresias_pass_rng = rng_states()
         yield from itertools.islice(cls.__iter__(self), skip, None)
 
     members = {
@@ -67,7 +67,7 @@ def _resumable(sampler: Any) -> Any:
     return sampler
 
 
-def _rng_states() -> dict[str, Any]:
+def rng_states() -> dict[str, Any]:
     states: dict[str, Any] = {
         "python": random.getstate(),
         "numpy": np.random.get_state(),
@@ -78,7 +78,7 @@ def _rng_states() -> dict[str, Any]:
     return states
 
 
-def _set_rng_states(states: Mapping[str, Any]) -> None:
+def set_rng_states(states: Mapping[str, Any]) -> None:
     random.setstate(states["python"])
     np.random.set_state(states["numpy"])
     torch.set_rng_state(states["torch"])
@@ -96,6 +96,36 @@ def torch_reduce_sum() -> ReduceSum:
         return t.tolist()
 
     return reduce_sum
+
+
+def join_gang(rt: Runtime) -> None:
+    """Claim the preemption signals and, in a multi-process gang, make the stop decision and
+    the last barrier collectives on torch.distributed's default group (idempotent)."""
+    rt.install_signal_handlers()
+    if not rt.env.multi_process or rt.agreement is not None:
+        return
+    if not (dist.is_available() and dist.is_initialized()):
+        raise RuntimeError(
+            "tiresias.State in a multi-process job: call "
+            "torch.distributed.init_process_group() before creating it"
+        )
+    reduce_sum = torch_reduce_sum()
+    rt.agreement = Agreement(reduce_sum, dist.get_world_size())
+    rt.barrier = lambda: reduce_sum([0.0])
+
+
+def describe(modules: Sequence[torch.nn.Module]) -> list[str]:
+    """The modules' tensors by name, shape and type: what a checkpoint must match."""
+    return [
+        f"{name} {list(t.shape)} {t.dtype}" for m in modules for name, t in m.state_dict().items()
+    ]
+
+
+def tensor_bytes(modules: Sequence[torch.nn.Module]) -> list[int]:
+    """Sizes of the trainable parameters, as the runtime reports them for skew-aware placement."""
+    return [
+        p.numel() * p.element_size() for m in modules for p in m.parameters() if p.requires_grad
+    ]
 
 
 class TorchCheckpointer:
@@ -117,40 +147,20 @@ class TorchCheckpointer:
             )
         self.objects = objects
         # batch_size=None: the loader yields one sample per step, straight from its sampler
-        self.loaders = [(o, _resumable(o.batch_sampler or o.sampler)) for o in loaders.values()]
+        self.loaders = [(o, resumable(o.batch_sampler or o.sampler)) for o in loaders.values()]
         self._resume_passes: list[Any] | None = None
         self.modules = [_module(o) for o in objects.values() if isinstance(o, torch.nn.Module)]
         if not self.modules:
             raise ValueError("tiresias.State needs the model (a torch.nn.Module), e.g. model=…")
-        self.described = [
-            f"{name} {list(t.shape)} {t.dtype}"
-            for m in self.modules
-            for name, t in m.state_dict().items()
-        ]
+        self.described = describe(self.modules)
 
     def join(self, rt: Runtime) -> None:
         """Collective stop decisions in multi-process gangs (idempotent)."""
-        rt.install_signal_handlers()
-        if not rt.env.multi_process or rt.agreement is not None:
-            return
-        if not (dist.is_available() and dist.is_initialized()):
-            raise RuntimeError(
-                "tiresias.State in a multi-process job: call "
-                "torch.distributed.init_process_group() before creating it"
-            )
-        reduce_sum = torch_reduce_sum()
-        rt.agreement = Agreement(reduce_sum, dist.get_world_size())
-        rt.barrier = lambda: reduce_sum([0.0])
+        join_gang(rt)
 
     def facts(self, num_ps: int) -> dict[str, Any]:
         """Per-tensor sizes of the trainable parameters, for skew-aware placement."""
-        sizes = [
-            p.numel() * p.element_size()
-            for m in self.modules
-            for p in m.parameters()
-            if p.requires_grad
-        ]
-        return {"tensor_bytes": sizes}
+        return {"tensor_bytes": tensor_bytes(self.modules)}
 
     def begin_epoch(self, epoch: int, skip_batches: int) -> None:
         """Start each loader's ``epoch``; the first epoch after a restore starts its pass from
@@ -168,7 +178,7 @@ class TorchCheckpointer:
             # a DataLoader's iteration draws its workers' seed from the global RNG when it
             # starts: the resumed epoch's starts after this restore, the original's before
             # the checkpoint, so the saved RNG state applies from the first step on
-            rt.at_next_step(lambda: _set_rng_states(rng))
+            rt.at_next_step(lambda: set_rng_states(rng))
 
         return rt.restore(self.described, read)
 
@@ -181,7 +191,7 @@ class TorchCheckpointer:
     def _write(self, directory: Path) -> None:
         state = {name: o.state_dict() for name, o in self.objects.items()}
         passes = [sampler._tiresias_pass_rng for _, sampler in self.loaders]
-        saved = {"objects": state, "rng": _rng_states(), "passes": passes}
+        saved = {"objects": state, "rng": rng_states(), "passes": passes}
         torch.save(saved, directory / STATE_FILE)
 
     def _read(self, ckpt: Checkpoint) -> dict[str, Any]:

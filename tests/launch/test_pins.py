@@ -1,5 +1,5 @@
-"""The TensorFlow stack installed is the one the ``tensorflow`` and ``test`` extras pin, so
-the tests run against what users get."""
+"""The TensorFlow and PyTorch stacks installed are the ones the extras (``tensorflow``,
+``torch``, ``test``) pin, so the tests run against what users get."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from packaging.requirements import Requirement
 
 PYPROJECT = Path(__file__).resolve().parents[2] / "pyproject.toml"
 STACK = ("tensorflow-cpu", "keras", "tf_keras")
+TORCH_STACK = ("torch", "lightning")
 
 
 def extra(name: str) -> dict[str, Requirement]:
@@ -28,8 +29,16 @@ def test_extras_pin_the_whole_tensorflow_stack(name: str) -> None:
         assert operators & {"<", "<=", "==", "~="}, pinned[package]
 
 
+@pytest.mark.parametrize("name", ["torch", "test"])
+def test_extras_pin_torch_and_lightning_exactly(name: str) -> None:
+    """Any other torch than the pinned one downloads the CUDA build (several GB)."""
+    pinned = extra(name)
+    assert [str(pinned[p].specifier)[:2] for p in TORCH_STACK] == ["==", "=="]
+    assert pinned["torch"].specifier == extra("test")["torch"].specifier
+
+
 def test_installed_versions_are_the_pinned_ones() -> None:
     for name, requirement in extra("test").items():
-        if name in STACK:
+        if name in STACK + TORCH_STACK:
             installed = metadata.version(name)
             assert requirement.specifier.contains(installed), (name, installed)

@@ -13,66 +13,22 @@ from helpers import wait_until
 from launch.gangs import Gang, start
 
 from coordinator.gang import GangRequest
+from pytorch.runs import SCRIPTS, TIMEOUT, assert_same_run, losses, preempt_and_resume
 from tiresias_launch import EXIT_CHECKPOINTED
 from tiresias_launch.checkpoint import PAUSE_HOOK, CheckpointStore
 
 torch = pytest.importorskip("torch", reason="needs PyTorch (the [torch] extra)")
 pytestmark = pytest.mark.torch
 
-SCRIPTS = Path(__file__).parent / "scripts"
-TIMEOUT = 180
 STEPS = 40
 RANKS = 2
-
-
-def losses(directory: Path, rank: int) -> list[str]:
-    return (directory / f"log-{rank}").read_text().splitlines()
-
-
-def preempt_and_resume(tmp_path: Path, request: GangRequest, hold: int) -> tuple[Path, Path]:
-    """An uninterrupted run, and a run held at step ``hold``, stopped there by SIGTERM
-    and resumed; returns their directories."""
-    plain_dir, preempted_dir = tmp_path / "plain", tmp_path / "preempted"
-    plain_dir.mkdir()
-    preempted_dir.mkdir()
-    ranks = request.workers
-    plain = start(request, plain_dir)
-    assert plain.wait(TIMEOUT) == [0] * ranks, plain.tails()
-
-    first = start(request, preempted_dir, env={"TIRESIAS_HOLD_AT_STEP": str(hold)})
-    holding = f"tiresias: holding at step {hold} until preempted"
-    wait_until(
-        lambda: all(holding in log.read_text() for log in first.logs),
-        TIMEOUT,
-        f"every rank to hold at step {hold}",
-    )
-    first.signal(signal.SIGTERM)
-    assert first.wait(TIMEOUT) == [EXIT_CHECKPOINTED] * ranks, first.tails()
-    [ckpt] = CheckpointStore(preempted_dir / "ckpt" / "job", "job").complete()
-    assert ckpt.manifest.step == hold
-    for rank in range(ranks):
-        assert len(losses(preempted_dir, rank)) == hold
-
-    second = start(request, preempted_dir, restart=1)
-    assert second.wait(TIMEOUT) == [0] * ranks, second.tails()
-    return plain_dir, preempted_dir
-
-
-def assert_same_run(plain_dir: Path, preempted_dir: Path, ranks: int = RANKS) -> None:
-    """Every step once, with the same loss (data, RNG, momentum, LR), and equal weights."""
-    for rank in range(ranks):
-        assert losses(preempted_dir, rank) == losses(plain_dir, rank)
-    resumed = torch.load(preempted_dir / "weights.pt")
-    reference = torch.load(plain_dir / "weights.pt")
-    assert resumed.keys() == reference.keys()
-    assert all(torch.equal(resumed[k], reference[k]) for k in reference)
 
 
 def test_ddp_state_resumes_bit_identically_after_sigterm(tmp_path: Path) -> None:
     argv = (str(SCRIPTS / "ddp_train.py"), str(STEPS), "log-{rank}", "weights.pt")
     hold = random.Random("ddp_train").randrange(1, STEPS)
     plain_dir, preempted_dir = preempt_and_resume(tmp_path, GangRequest(argv, workers=RANKS), hold)
-    assert_same_run(plain_dir, preempted_dir)
+    assert_same_run(plain_dir, preempted_dir, RANKS)
 
 
 def test_epoch_loop_with_distributed_sampler_sees_every_sample_once(tmp_path: Path) -> None:
@@ -89,7 +45,7 @@ def test_epoch_loop_with_distributed_sampler_sees_every_sample_once(tmp_path: Pa
         for epoch in range(epochs):
             seen = [int(i) for row in rows if row[0] == str(epoch) for i in row[1:-1]]
             assert len(seen) == len(set(seen)) == 48, f"rank {rank} epoch {epoch}: {seen}"
-    assert_same_run(plain_dir, preempted_dir)
+    assert_same_run(plain_dir, preempted_dir, RANKS)
 
 
 def test_shuffled_loader_resumes_its_own_permutation(tmp_path: Path) -> None:

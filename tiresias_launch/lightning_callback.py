@@ -1,0 +1,179 @@
+"""The callback that makes a Lightning ``Trainer.fit`` preemptible (see
+:mod:`tiresias_launch.lightning`, which patches ``fit`` to add it); imported once ``fit``
+runs, so torch is loaded by then."""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import time
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from tiresias_launch.checkpoint import Checkpoint
+from tiresias_launch.runtime import Runtime, get_runtime
+from tiresias_launch.torch import (
+    describe,
+    join_gang,
+    resumable,
+    rng_states,
+    set_rng_states,
+    tensor_bytes,
+)
+
+CKPT_FILE = "lightning.ckpt"
+
+
+def preemptible_fit(original: Callable[..., Any], root: str, call: inspect.BoundArguments) -> Any:
+    trainer, model = call.arguments["self"], call.arguments["model"]
+    callback_base = importlib.import_module(f"{root}.callbacks").Callback
+    cls = type("TiresiasPreemption", (_Preemption, callback_base), {})
+    preemption = cls(get_runtime(), trainer, model)
+    trainer.callbacks.insert(0, preemption)  # our stop check before user callbacks see a batch
+    ckpt = preemption.restore()
+    if ckpt is not None:  # ours is newer than any ckpt_path the script names
+        call.arguments["ckpt_path"] = str(ckpt.path / CKPT_FILE)
+        call.arguments["weights_only"] = False  # it holds RNG states; we wrote it
+        # Lightning warns that a plain DataLoader cannot resume mid-epoch: here it does
+        warnings.filterwarnings("ignore", message=r"You're resuming from a checkpoint that ended")
+    return original(*call.args, **call.kwargs)
+
+
+class _Preemption:
+    """The callback ``fit`` gets: stop checks, the checkpoint, and the exact resume. It is
+    mixed into the Lightning flavour's ``Callback`` class when ``fit`` starts."""
+
+    def __init__(self, rt: Runtime, trainer: Any, model: torch.nn.Module) -> None:
+        self.rt = rt
+        self.trainer = trainer
+        self.described = describe([model])
+        self.step = 0  # training batches done, over all epochs and restarts
+        self.position = {"epoch": 0, "batch": 0}
+        #: The restored state (until fit ends); the RNG states the first resumed batch starts
+        #: from, and the loader passes the interrupted epoch started from, until applied.
+        self.resume: dict[str, Any] | None = None
+        self._first_batch_rng: dict[str, Any] | None = None
+        self._pending_passes: list[Any] = []
+        self._saved: dict[str, Any] = {}
+        self._t0 = 0.0
+        rt.reporter.note(tensor_bytes=tensor_bytes([model]))
+
+    @property
+    def state_key(self) -> str:
+        return "TiresiasPreemption"
+
+    # -- resume -------------------------------------------------------------------------
+    def restore(self) -> Checkpoint | None:
+        """Find this job's newest checkpoint and read our part of it (Lightning reads the rest
+        inside ``fit``); loggers take the version they had."""
+        ckpt = self.rt.restore(self.described, self._read)
+        if ckpt is not None:
+            for logger, version in zip(self.trainer.loggers, self.resume["loggers"], strict=False):
+                if getattr(logger, "_version", 0) is None:  # not chosen by the script
+                    logger._version = version
+        return ckpt
+
+    def _read(self, ckpt: Checkpoint) -> None:
+        saved = torch.load(ckpt.path / CKPT_FILE, map_location="cpu", weights_only=False, mmap=True)
+        self.load_state_dict(saved["callbacks"][self.state_key])
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Called by our restore, and by Lightning once it has loaded the checkpoint."""
+        self.resume = state
+        self.step, self.position = state["step"], dict(state["position"])
+        mine = state["ranks"][self._rank()]
+        self._first_batch_rng, self._pending_passes = mine["rng"], list(mine["passes"])
+
+    def state_dict(self) -> dict[str, Any]:
+        return self._saved
+
+    def _rank(self) -> int:
+        """This process's rank (0 when the restore reads the checkpoint, before Lightning sets
+        up its strategy; the rank's own entry is taken again when Lightning loads it)."""
+        return int(self.trainer.global_rank) if self.trainer.world_size > 1 else 0
+
+    def prepare_loader(self, loader: Any) -> Any:
+        """Make a training loader Lightning built resumable; right after a restore, its pass
+        resumes the interrupted epoch (or, when that epoch had ended, the next one starts)."""
+        if not isinstance(loader, torch.utils.data.DataLoader):
+            return loader
+        sampler = resumable(loader.batch_sampler or loader.sampler)
+        if not self._pending_passes:
+            return loader
+        start = self._pending_passes.pop(0)
+        batch = self.position["batch"]
+        if batch < self._batches_per_epoch(loader):
+            sampler._tiresias_skip, sampler._tiresias_start = batch, start
+            # Lightning starts this iterator before it sets the sampler's epoch
+            for s in (loader.sampler, getattr(loader.batch_sampler, "sampler", None)):
+                if hasattr(s, "set_epoch"):
+                    s.set_epoch(self.position["epoch"])
+        elif self._first_batch_rng is not None:  # the epoch had ended: the next one's pass
+            set_rng_states(self._first_batch_rng)  # draws its order from these states
+            self._first_batch_rng = None
+        return loader
+
+    def _batches_per_epoch(self, loader: Any) -> float:
+        limit = self.trainer.limit_train_batches
+        length = len(loader)
+        return min(length, limit) if isinstance(limit, int) else int(length * limit)
+
+    # -- hooks ----------------------------------------------------------------------------
+    def on_train_start(self, trainer: Any, pl_module: Any) -> None:
+        join_gang(self.rt)  # also takes the signals back from Lightning's handler
+        self.rt.save_at_exit = self.save
+        if self.rt.should_stop(self.step):  # preempted while starting up
+            self.rt.stop(self.save)
+
+    def on_train_batch_start(self, trainer: Any, pl_module: Any, batch: Any, idx: int) -> None:
+        if self._first_batch_rng is not None:
+            set_rng_states(self._first_batch_rng)
+            self._first_batch_rng = None
+        self._t0 = time.perf_counter()
+
+    def on_train_batch_end(self, trainer: Any, pl_module: Any, *args: Any) -> None:
+        self.step += 1
+        self.position = {"epoch": trainer.current_epoch, "batch": args[-1] + 1}
+        self.rt.step_done(self.step, time.perf_counter() - self._t0)
+        if self.rt.should_stop(self.step):
+            self.rt.stop(self.save)
+
+    # -- preemption -----------------------------------------------------------------------
+    def save(self) -> Checkpoint | None:
+        """``trainer.save_checkpoint`` into the store, with every rank's RNG and loader pass
+        states in our callback's part of it; every rank takes part (it ends in a barrier)."""
+        if not self.rt.needs_save(self.step):
+            return None
+        trainer = self.trainer
+        loaders = trainer.fit_loop._combined_loader
+        mine = {
+            "rng": rng_states(),
+            "passes": [
+                getattr(loader.batch_sampler or loader.sampler, "_tiresias_pass_rng", None)
+                for loader in (loaders.flattened if loaders is not None else [])
+                if isinstance(loader, torch.utils.data.DataLoader)
+            ],
+        }
+        ranks = [mine]
+        if trainer.world_size > 1 and dist.is_available() and dist.is_initialized():
+            ranks = [None] * dist.get_world_size()
+            dist.all_gather_object(ranks, mine)
+        self._saved = {
+            "step": self.step,
+            "position": self.position,
+            "ranks": ranks,
+            "loggers": [logger.version for logger in trainer.loggers],
+        }
+
+        def write(directory: Path) -> None:
+            trainer.save_checkpoint(directory / CKPT_FILE, weights_only=False)
+
+        ckpt = self.rt.save(self.step, self.described, write, self.position, every_rank_writes=True)
+        for logger in trainer.loggers:  # the process exits next: flush what was logged
+            logger.finalize("preempted")
+        return ckpt
