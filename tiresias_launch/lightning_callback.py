@@ -4,6 +4,7 @@ runs, so torch is loaded by then."""
 
 from __future__ import annotations
 
+import csv
 import importlib
 import inspect
 import time
@@ -54,10 +55,10 @@ class _Preemption:
         self.described = describe([model])
         self.step = 0  # training batches done, over all epochs and restarts
         self.position = {"epoch": 0, "batch": 0}
-        #: The restored state (until fit ends); the RNG states the first resumed batch starts
-        #: from, and the loader passes the interrupted epoch started from, until applied.
+        #: The restored state; what the first resumed batch starts from (RNG states, Lightning's
+        #: logging step) and the loader passes the interrupted epoch started from, until used.
         self.resume: dict[str, Any] | None = None
-        self._first_batch_rng: dict[str, Any] | None = None
+        self._first_batch: dict[str, Any] | None = None
         self._pending_passes: list[Any] = []
         self._saved: dict[str, Any] = {}
         self._t0 = 0.0
@@ -76,7 +77,21 @@ class _Preemption:
             for logger, version in zip(self.trainer.loggers, self.resume["loggers"], strict=False):
                 if getattr(logger, "_version", 0) is None:  # not chosen by the script
                     logger._version = version
+                    self._keep_csv_rows(logger)
         return ckpt
+
+    def _keep_csv_rows(self, logger: Any) -> None:
+        """A CSVLogger deletes the ``metrics.csv`` it finds in its directory when it starts
+        (Lightning's own resume writes to a new version): put the rows logged before the
+        preemption back, with their columns, and it appends to them."""
+        if type(logger).__name__ != "CSVLogger" or not self.rt.env.is_chief:
+            return
+        metrics = Path(logger.log_dir, "metrics.csv")
+        if metrics.is_file():
+            rows = metrics.read_text()
+            writer = logger.experiment  # creating it deletes the file
+            metrics.write_text(rows)
+            writer.metrics_keys = next(csv.reader([rows.partition("\n")[0]]))
 
     def _read(self, ckpt: Checkpoint) -> None:
         saved = torch.load(ckpt.path / CKPT_FILE, map_location="cpu", weights_only=False, mmap=True)
@@ -87,7 +102,8 @@ class _Preemption:
         self.resume = state
         self.step, self.position = state["step"], dict(state["position"])
         mine = state["ranks"][self._rank()]
-        self._first_batch_rng, self._pending_passes = mine["rng"], list(mine["passes"])
+        self._first_batch = {"rng": mine["rng"], "stepped": state["stepped"]}
+        self._pending_passes = list(mine["passes"])
 
     def state_dict(self) -> dict[str, Any]:
         return self._saved
@@ -99,49 +115,43 @@ class _Preemption:
 
     def prepare_loader(self, loader: Any) -> Any:
         """Make a training loader Lightning built resumable; right after a restore, its pass
-        resumes the interrupted epoch (or, when that epoch had ended, the next one starts)."""
+        starts from the RNG states the interrupted pass started with (recreating its order)
+        and skips the batches already trained."""
         if not isinstance(loader, torch.utils.data.DataLoader):
             return loader
         sampler = resumable(loader.batch_sampler or loader.sampler)
-        if not self._pending_passes:
-            return loader
-        start = self._pending_passes.pop(0)
-        batch = self.position["batch"]
-        if batch < self._batches_per_epoch(loader):
-            sampler._tiresias_skip, sampler._tiresias_start = batch, start
+        if self._pending_passes:
+            sampler._tiresias_skip = self.position["batch"]
+            sampler._tiresias_start = self._pending_passes.pop(0)
             # Lightning starts this iterator before it sets the sampler's epoch
             for s in (loader.sampler, getattr(loader.batch_sampler, "sampler", None)):
                 if hasattr(s, "set_epoch"):
                     s.set_epoch(self.position["epoch"])
-        elif self._first_batch_rng is not None:  # the epoch had ended: the next one's pass
-            set_rng_states(self._first_batch_rng)  # draws its order from these states
-            self._first_batch_rng = None
         return loader
-
-    def _batches_per_epoch(self, loader: Any) -> float:
-        limit = self.trainer.limit_train_batches
-        length = len(loader)
-        return min(length, limit) if isinstance(limit, int) else int(length * limit)
 
     # -- hooks ----------------------------------------------------------------------------
     def on_train_start(self, trainer: Any, pl_module: Any) -> None:
         join_gang(self.rt)  # also takes the signals back from Lightning's handler
         self.rt.save_at_exit = self.save
-        if self.rt.should_stop(self.step):  # preempted while starting up
-            self.rt.stop(self.save)
 
     def on_train_batch_start(self, trainer: Any, pl_module: Any, batch: Any, idx: int) -> None:
-        if self._first_batch_rng is not None:
-            set_rng_states(self._first_batch_rng)
-            self._first_batch_rng = None
+        """The stop check before a batch, once everything of the batch before it (every
+        callback's and the module's batch-end hooks, a validation, an epoch's end) is done:
+        a checkpoint here resumes with this batch and skips nothing."""
+        self.position = {"epoch": trainer.current_epoch, "batch": idx}
+        if self._first_batch is not None:
+            set_rng_states(self._first_batch["rng"])
+            # Lightning counts one logging step more on a restart, for a checkpoint taken at
+            # a batch end; this one was taken at a batch start
+            trainer.fit_loop.epoch_loop._batches_that_stepped = self._first_batch["stepped"]
+            self._first_batch = None
+        if self.rt.should_stop(self.step):
+            self.rt.stop(self.save)
         self._t0 = time.perf_counter()
 
     def on_train_batch_end(self, trainer: Any, pl_module: Any, *args: Any) -> None:
         self.step += 1
-        self.position = {"epoch": trainer.current_epoch, "batch": args[-1] + 1}
         self.rt.step_done(self.step, time.perf_counter() - self._t0)
-        if self.rt.should_stop(self.step):
-            self.rt.stop(self.save)
 
     # -- preemption -----------------------------------------------------------------------
     def save(self) -> Checkpoint | None:
@@ -166,6 +176,7 @@ class _Preemption:
         self._saved = {
             "step": self.step,
             "position": self.position,
+            "stepped": trainer.fit_loop.epoch_loop._batches_that_stepped,
             "ranks": ranks,
             "loggers": [logger.version for logger in trainer.loggers],
         }

@@ -2,7 +2,8 @@
 per-epoch LR schedule, validation, ModelCheckpoint) preempted by SIGTERM at a seeded held
 step mid-epoch and resumed: every batch once, in the same order, with the same loss, and
 final weights bit-identical to an uninterrupted run; on 1 process and as a 2-process DDP gang
-(gloo), where Lightning replaces the sampler with a DistributedSampler."""
+(gloo), where Lightning replaces the sampler with a DistributedSampler. Each validation's loss
+and ModelCheckpoint's best score are equal too."""
 
 from __future__ import annotations
 
@@ -33,16 +34,29 @@ def test_lightning_fit_resumes_mid_epoch_exactly(tmp_path: Path, ranks: int) -> 
     for rank in range(ranks):
         rows = [line.split() for line in losses(preempted_dir, rank)]
         for epoch in range(EPOCHS):
-            ours = [row for row in rows if row[0] == str(epoch)]
+            ours = [row for row in rows if row[0] == str(epoch)]  # not the "val" rows
             assert [int(row[1]) for row in ours] == list(range(batches))
             seen = [int(i) for row in ours for i in row[2:-1]]
             assert len(seen) == len(set(seen)) == per_rank, f"rank {rank} epoch {epoch}: {seen}"
     assert_same_run(plain_dir, preempted_dir, ranks)
-    versions = sorted(p.name for p in (preempted_dir / "lightning_logs").iterdir())
-    assert versions == ["version_0"]  # one log directory: ModelCheckpoint's state carried over
+    assert_same_logs(plain_dir, preempted_dir)
+
+
+def assert_same_logs(plain_dir: Path, preempted_dir: Path) -> None:
+    """One log directory (so ModelCheckpoint's state carried over), and the CSVLogger's
+    metrics, logged every 2 steps with the learning rate, equal to the last digit."""
+    logs = preempted_dir / "logs" / "lightning_logs"
+    assert sorted(p.name for p in logs.iterdir()) == ["version_0"]
+    metrics = Path("logs", "lightning_logs", "version_0", "metrics.csv")
+    assert (preempted_dir / metrics).read_text() == (plain_dir / metrics).read_text()
 
 
 def test_lightning_fit_resumes_at_an_epoch_end(tmp_path: Path) -> None:
+    """Held after an epoch's last batch: the stop comes before the next epoch's first batch,
+    once that epoch's validation, ModelCheckpoint and LR step are done; every validation runs
+    once."""
     argv = (str(SCRIPTS / "lightning_fit.py"), str(EPOCHS), "1", "log-{rank}", "weights.pt")
     plain_dir, preempted_dir = preempt_and_resume(tmp_path, GangRequest(argv), 12)
     assert_same_run(plain_dir, preempted_dir, 1)
+    assert_same_logs(plain_dir, preempted_dir)
+    assert sum(line.startswith("val") for line in losses(preempted_dir, 0)) == EPOCHS

@@ -1,9 +1,10 @@
 """A PyTorch Lightning script written the usual way: a LightningModule with dropout and a
-per-epoch LR schedule, a shuffled DataLoader, a validation set, ModelCheckpoint and
-LearningRateMonitor, and ``Trainer.fit``. It knows nothing of tiresias.
+per-epoch LR schedule, a shuffled DataLoader, a validation set, ModelCheckpoint,
+LearningRateMonitor and a CSVLogger, and ``Trainer.fit``. It knows nothing of tiresias.
 
 Usage: lightning_fit.py EPOCHS DEVICES LOG WEIGHTS. Each rank logs "epoch batch indices… loss"
-per training batch to LOG (with {rank}); rank 0 saves the final weights to WEIGHTS.
+per training batch and "val loss" per validation to LOG (with {rank}); rank 0 saves the final
+weights and ModelCheckpoint's best score to WEIGHTS.
 """
 
 import sys
@@ -11,6 +12,7 @@ import sys
 import lightning as L
 import torch
 from lightning.pytorch.callbacks import LearningRateMonitor, ModelCheckpoint
+from lightning.pytorch.loggers import CSVLogger
 from torch.utils.data import DataLoader, TensorDataset
 
 
@@ -34,6 +36,11 @@ class Regressor(L.LightningModule):
         _, x, y = batch
         self.log("val_loss", torch.nn.functional.mse_loss(self.net(x), y), sync_dist=True)
 
+    def on_validation_epoch_end(self):
+        if not self.trainer.sanity_checking:
+            with open(self.log_path.format(rank=self.global_rank), "a") as log:
+                print("val", self.trainer.callback_metrics["val_loss"].item().hex(), file=log)
+
     def configure_optimizers(self):
         optimizer = torch.optim.SGD(self.parameters(), lr=0.05, momentum=0.9)
         scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=1, gamma=0.8)
@@ -52,6 +59,7 @@ def main() -> None:
         devices=int(devices),
         strategy="ddp" if int(devices) > 1 else "auto",
         callbacks=[ModelCheckpoint(monitor="val_loss", save_last=True), LearningRateMonitor()],
+        logger=CSVLogger("logs"),
         log_every_n_steps=2,
         enable_progress_bar=False,
     )
@@ -62,7 +70,8 @@ def main() -> None:
         DataLoader(val, batch_size=8),
     )
     if trainer.is_global_zero:
-        torch.save(model.net.state_dict(), weights_path)
+        best = trainer.checkpoint_callback.best_model_score
+        torch.save({**model.net.state_dict(), "best_val_loss": best}, weights_path)
 
 
 if __name__ == "__main__":
