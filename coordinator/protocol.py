@@ -93,7 +93,12 @@ SCHEMAS: dict[str, dict[str, Field]] = {
     },
     "log_data": {"node": REQ_STR, "req": REQ_INT, "files": ((dict,), True)},
     # job runtime → coordinator (fire and forget)
-    "report": contract.REPORT,
+    "report": {
+        **contract.REPORT,
+        # a node agent's measurement of the job's processes there (ibverbs-tap)
+        "node": OPT_STR,
+        "ps_bytes": ((dict, None), False),  # PS address → bytes exchanged with it
+    },
     # coordinator → agent (commands)
     "launch": {
         "job_id": REQ_STR,
@@ -241,10 +246,11 @@ def _check_path(where: str, value: str | None) -> None:
         raise ProtocolError(f"{where} must not contain NUL characters")
 
 
-def _check_offsets(where: str, offsets: dict[Any, Any]) -> None:
+def _check_offsets(where: str, offsets: dict[Any, Any], what: str = "byte offsets") -> None:
+    """A map of names to byte counts (log offsets, traffic)."""
     _check_str_map(where, offsets, int)
     if any(v < 0 for v in offsets.values()):
-        raise ProtocolError(f"{where}: byte offsets must be >= 0")
+        raise ProtocolError(f"{where}: {what} must be >= 0")
 
 
 def _finite(value: Any) -> bool:
@@ -328,6 +334,8 @@ def _check_nested(t: str, msg: dict[str, Any]) -> None:
         skew = msg.get("skew")
         if skew is not None and not 0.0 <= skew <= 1.0:
             raise ProtocolError(f"report: 'skew' must be in [0, 1], got {skew}")
+        if msg.get("ps_bytes"):
+            _check_offsets("report: 'ps_bytes'", msg["ps_bytes"], "byte counts")
         tb = msg.get("tensor_bytes")
         if tb is not None and not all(isinstance(b, int) and b >= 0 for b in tb):
             raise ProtocolError("report: 'tensor_bytes' must be non-negative integers")

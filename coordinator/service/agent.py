@@ -32,6 +32,7 @@ from coordinator.service.client import ADDRESS_ENV as COORDINATOR_ENV
 from coordinator.service.client import dealer
 from coordinator.service.identity import user_name
 from coordinator.service.keys import ClientKeys
+from coordinator.service.profiler import MEASURE_SECONDS, Tapped
 from tiresias_launch.contract import CHECKPOINT_DIR, EXIT_CHECKPOINTED, SERVER_KEY
 
 log = logging.getLogger("tiresias.agent")
@@ -207,6 +208,7 @@ class Part:
     unprompted_checkpoint: bool = False
     unprompted_preemption: bool = False  # a process died of a preemption signal we never sent
     reported: dict[str, Any] | None = None
+    tapped: Tapped | None = None  # a PS job run under ibverbs-tap: its traffic is measured
 
     @property
     def alive(self) -> list[Proc]:
@@ -249,6 +251,7 @@ class Agent:
         keys: ClientKeys | None = None,
         heartbeat: float = 1.0,
         host: str | None = None,
+        tap: bool = True,
     ) -> None:
         self.coordinator = coordinator
         self.gpus = gpus
@@ -257,6 +260,8 @@ class Agent:
         self.workdir = (workdir or Path.cwd() / "tiresias-agent" / self.name).resolve()
         self.keys = keys
         self.heartbeat = heartbeat
+        self.tap = tap  # run PS jobs under ibverbs-tap (where it is built) to measure S_J
+        self._next_measure = 0.0
         self.stop = threading.Event()
         self.parts: dict[str, Part] = {}
         self._ctx = zmq.Context.instance()
@@ -329,8 +334,34 @@ class Agent:
             for part in self.parts.values():
                 if part.reported is not None and part.job_id not in unacked:
                     self._send("exited", **part.reported)
+        if now >= self._next_measure:
+            self._next_measure = now + MEASURE_SECONDS
+            for part in self.parts.values():
+                self._measure(part)
         for part in list(self.parts.values()):
             self._reap(part, now)
+
+    def _measure(self, part: Part) -> None:
+        """Report a running PS job's bytes per PS, as its processes here exchanged them, with
+        the job's token (the profiler stage turns them into S_J when the runtime says
+        nothing better)."""
+        if part.tapped is None or part.reported is not None or part.stopping is not None:
+            return
+        pids = [p.popen.pid for p in part.alive if p.popen is not None and p.role != "ps"]
+        per_ps = part.tapped.measure(pids)
+        if per_ps is None:
+            return
+        assert self._sock is not None
+        frame = protocol.encode(
+            "report",
+            job_id=part.job_id,
+            restart=part.restart,
+            token=part.tapped.token,
+            node=self.name,
+            ps_bytes=per_ps,
+        )
+        with contextlib.suppress(zmq.Again):  # fire and forget, as the runtime's reports
+            self._sock.send(frame, zmq.NOBLOCK)
 
     def _reap(self, part: Part, now: float) -> None:
         for p in part.alive:
@@ -360,6 +391,8 @@ class Agent:
         if not part.alive and part.reported is None:
             for p in part.procs:  # leftovers of the process group (grandchildren)
                 p.signal(signal.SIGKILL)
+            if part.tapped is not None:
+                part.tapped.clean(p.popen.pid for p in part.procs if p.popen is not None)
             part.reported = {
                 "node": self.name,
                 "job_id": part.job_id,
@@ -455,20 +488,30 @@ class Agent:
         for p in old.alive if old is not None else ():  # a stale run must not linger
             p.signal(signal.SIGKILL)
         logdir = self._logdir(msg)
+        tapped = Tapped.of(msg["processes"]) if self.tap else None
         procs = [
-            self._spawn(job_id, restart, logdir, spec, msg["owner"]) for spec in msg["processes"]
+            self._spawn(job_id, restart, logdir, spec, msg["owner"], tapped)
+            for spec in msg["processes"]
         ]
-        self.parts[job_id] = Part(job_id, restart, procs)
+        self.parts[job_id] = Part(job_id, restart, procs, tapped=tapped)
         log.info("launched job %s restart %d: %d processes", job_id, restart, len(procs))
 
     def _spawn(
-        self, job_id: str, restart: int, logdir: Path, spec: dict[str, Any], owner: str
+        self,
+        job_id: str,
+        restart: int,
+        logdir: Path,
+        spec: dict[str, Any],
+        owner: str,
+        tapped: Tapped | None,
     ) -> Proc:
         """Start one process as ``owner``; one that cannot start (full disk, bad cwd, missing
         program, unknown owner) is a process that exited 127, with the reason as its log
         tail."""
         path = logdir / f"{spec['role']}-{spec['task_index']}.log"
         env = {**os.environ, **spec["env"]}  # the planner set CUDA_VISIBLE_DEVICES
+        if tapped is not None:
+            env = tapped.environ(env)
         env[COORDINATOR_ENV] = self.coordinator  # the route this node knows works
         if self.keys is not None:  # the runtime reports with its job's token over CURVE
             env[SERVER_KEY] = self.keys.server_public.decode()

@@ -32,7 +32,15 @@ from coordinator.core.model import CoreError, Decision
 from coordinator.core.scheduler import Scheduler
 from coordinator.core.settings import build_scheduler, snapshot
 from coordinator.gang import free_local_port
-from coordinator.service import agent_messages, agents, dashboard, identity, recovery, requests
+from coordinator.service import (
+    agent_messages,
+    agents,
+    dashboard,
+    identity,
+    profiler,
+    recovery,
+    requests,
+)
 from coordinator.service import keys as curve
 from coordinator.service.executor import (
     Executor,
@@ -93,7 +101,7 @@ class Coordinator:
         #: Why the state database cannot be written any more (then nothing is accepted).
         self.disk_error: str | None = None
         #: Profiler stage hook: (report, number of PS) → S_J or None.
-        self.skew_estimator: Callable[[dict[str, Any], int], float | None] = requests.report_skew
+        self.skew_estimator: Callable[[dict[str, Any], int], float | None] = profiler.SkewStage()
         self.dashboard: dashboard.Dashboard | None = None
         self.handlers: dict[str, Callable[[Coordinator, bytes, dict[str, Any]], Any]] = {
             **requests.CLIENT_HANDLERS,

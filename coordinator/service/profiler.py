@@ -1,25 +1,38 @@
 """The profiler stage (paper §3.3.1): S_J of a job, for the ``skew`` placement.
 
-Two sources, both optional:
-- the runtime's report: ``tensor_bytes`` (the model's tensor sizes in creation order) and the
-  job's number of parameter servers: S_J as TF's round-robin assignment would spread them
-  (for all-reduce jobs, ``num_ps`` 0: the share of the largest message class);
-- the tap: profiles of the job's processes (pids on this machine, run under ``ibverbs-tap``)
-  and its PS addresses: S_J as measured on the wire.
+Three sources, best first:
+- the runtime's own ``skew`` (TensorFlow knows where each variable lives; a script may call
+  ``tiresias.report(skew=…)``);
+- the runtime's ``tensor_bytes`` (the model's tensor sizes in creation order) and the job's
+  number of parameter servers: S_J as TF's round-robin assignment would spread them (for
+  all-reduce jobs, ``num_ps`` 0: the share of the largest message class);
+- measured traffic: the node agents run a PS job's processes under ``ibverbs-tap`` and report
+  the bytes each process exchanged with each PS (``traffic_of``); S_J is the busiest PS's
+  share of those bytes, summed over the job's nodes.
 
-Measured traffic wins when there is any; ``None`` means "unknown yet" (the placement then
-consolidates). API (stable; see docs/profiler.md):
+A worse source never overrides a better one the job already gave; ``None`` means "unknown
+yet" (the placement then consolidates). API (stable; see docs/profiler.md):
 
     skew_from_report(tensor_bytes, num_ps) -> float | None
-    skew_from_pids(pids, ps_addresses) -> float | None
-    job_skew(tensor_bytes=None, num_ps=0, pids=(), ps_addresses=()) -> float | None
+    traffic_of(pids, ps_addresses) -> {address: bytes}
+    SkewStage()(report, num_ps) -> float | None     # the coordinator's skew_estimator
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+import contextlib
+import os
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
 
 import ibverbs_tap
+import ibverbs_tap.profile
+from tiresias_launch import contract
+
+#: Sources of S_J, worst first (the order in which they may override each other).
+MEASURED, TENSORS, REPORTED = 0, 1, 2
 
 
 def skew_from_report(tensor_bytes: Sequence[int] | None, num_ps: int) -> float | None:
@@ -33,27 +46,114 @@ def skew_from_report(tensor_bytes: Sequence[int] | None, num_ps: int) -> float |
     return ibverbs_tap.skew_from_tensor_sizes(tensor_bytes, num_ps)
 
 
-def skew_from_pids(pids: Iterable[int], ps_addresses: Sequence[str]) -> float | None:
-    """S_J from the tap profiles of ``pids``; processes that are gone or untraced are
-    skipped, and None means no PS traffic was seen."""
-    if not ps_addresses:
-        return None
+def traffic_of(pids: Iterable[int], ps_addresses: Sequence[str]) -> dict[str, int]:
+    """Bytes the traced processes ``pids`` exchanged with each PS address (client side);
+    processes that are gone or untraced are skipped, and addresses that do not resolve give
+    no traffic (empty)."""
     profiles = []
     for pid in pids:
         try:
             profiles.append(ibverbs_tap.read_process(pid))
         except ibverbs_tap.TapError:
             continue
-    totals = ibverbs_tap.bytes_per_ps(profiles, ps_addresses)
-    return ibverbs_tap.skew(totals) if sum(totals.values()) > 0 else None
+    if not profiles or not ps_addresses:
+        return {}
+    try:
+        return ibverbs_tap.bytes_per_ps(profiles, ps_addresses)
+    except ValueError:  # an address that does not resolve (here): nothing measurable
+        return {}
 
 
-def job_skew(
-    tensor_bytes: Sequence[int] | None = None,
-    num_ps: int = 0,
-    pids: Iterable[int] = (),
-    ps_addresses: Sequence[str] = (),
-) -> float | None:
-    """S_J of a job: measured when the tap saw PS traffic, else from the report, else None."""
-    measured = skew_from_pids(pids, ps_addresses)
-    return measured if measured is not None else skew_from_report(tensor_bytes, num_ps)
+@dataclass
+class _Job:
+    source: int = -1  # the best source seen so far
+    #: node → (restart, bytes per PS address) as its agent last measured them
+    traffic: dict[str, tuple[int, dict[str, int]]] = field(default_factory=dict)
+
+    def measured(self, node: str, restart: int, per_ps: Mapping[str, int]) -> float | None:
+        self.traffic[node] = (restart, dict(per_ps))
+        newest = max(r for r, _ in self.traffic.values())
+        totals: dict[str, int] = {}
+        for r, counts in self.traffic.values():
+            if r == newest:  # a node of an older run measured another gang
+                for address, n in counts.items():
+                    totals[address] = totals.get(address, 0) + n
+        return ibverbs_tap.skew(totals) if sum(totals.values()) > 0 else None
+
+
+class SkewStage:
+    """The live coordinator's ``skew_estimator``: ``stage(report, num_ps)`` is the job's new
+    S_J, or None when this report changes nothing. Reports from a job's runtime carry
+    ``skew`` or ``tensor_bytes``; the node agents' carry ``node`` and ``ps_bytes``."""
+
+    def __init__(self) -> None:
+        self._jobs: dict[str, _Job] = {}
+
+    def __call__(self, msg: Mapping[str, Any], num_ps: int) -> float | None:
+        job = self._jobs.setdefault(msg["job_id"], _Job())
+        found: list[tuple[int, float | None]] = [
+            (REPORTED, None if msg.get("skew") is None else float(msg["skew"])),
+            (TENSORS, skew_from_report(msg.get("tensor_bytes"), num_ps)),
+        ]
+        if msg.get("ps_bytes") and msg.get("node"):
+            restart = msg.get("restart") or 0
+            found.append((MEASURED, job.measured(msg["node"], restart, msg["ps_bytes"])))
+        for source, value in found:  # best first
+            if value is not None and source >= job.source:
+                job.source = source
+                return value
+        return None
+
+    def forget(self, job_id: str) -> None:
+        """Drop what is kept of a finished job."""
+        self._jobs.pop(job_id, None)
+
+
+# --- the node agent's half: run a PS job under the tap, measure it ---------------------------
+#: Seconds between two traffic measurements of a running PS job on a node.
+MEASURE_SECONDS = 2.0
+
+
+@dataclass
+class Tapped:
+    """One node's part of a PS job, run under the tap: whom it talks to, what was sent."""
+
+    ps_addresses: list[str]
+    token: str
+    library: str
+    directory: str
+    sent: dict[str, int] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, processes: Sequence[Mapping[str, Any]]) -> Tapped | None:
+        """For a launch's processes: None unless it is a PS job and the tap is built here."""
+        env = processes[0]["env"] if processes else {}
+        if env.get(contract.MODE) != "ps" or not os.path.isdir(ibverbs_tap.profile.DEFAULT_DIR):
+            return None
+        try:
+            library = ibverbs_tap.library_path()
+            ps = ibverbs_tap.ps_addresses_from_tf_config(env.get("TF_CONFIG", ""))
+        except (ibverbs_tap.TapError, ValueError, OSError):
+            return None
+        token = env.get(contract.JOB_TOKEN, "")
+        return cls(ps, token, library, ibverbs_tap.profile.DEFAULT_DIR)
+
+    def environ(self, env: Mapping[str, str]) -> dict[str, str]:
+        """A process's environment with the tap preloaded."""
+        preload = " ".join(p for p in (self.library, env.get("LD_PRELOAD", "")) if p)
+        return {**env, "LD_PRELOAD": preload, ibverbs_tap.profile.DIR_ENV: self.directory}
+
+    def measure(self, pids: Iterable[int]) -> dict[str, int] | None:
+        """Bytes per PS now, when they grew since the last measure (else None)."""
+        per_ps = traffic_of(pids, self.ps_addresses)
+        if not sum(per_ps.values()) or per_ps == self.sent:
+            return None
+        self.sent = per_ps
+        return per_ps
+
+    def clean(self, pids: Iterable[int]) -> None:
+        """Remove the profiles of processes that died without removing their own."""
+        for pid in pids:
+            path = Path(self.directory, f"{ibverbs_tap.profile.FILE_PREFIX}{pid}")
+            with contextlib.suppress(OSError):
+                path.unlink()

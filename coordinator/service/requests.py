@@ -16,7 +16,7 @@ from coordinator.core import events
 from coordinator.core.explain import explain
 from coordinator.core.model import CoreError, Job, JobSpec
 from coordinator.gang import GangRequest
-from coordinator.service import access, identity, profiler
+from coordinator.service import access, identity
 from coordinator.service.agents import launch_frames
 from coordinator.service.costs import measured_costs
 from coordinator.service.records import REQUEST_FIELDS, JobRecord, Request
@@ -301,14 +301,6 @@ def report(c: Server, rid: bytes, msg: dict[str, Any]) -> None:
             c.book.ledger.save(job_id)
     else:
         c.progress_dirty.add(job_id)
-
-
-def report_skew(msg: dict[str, Any], num_ps: int) -> float | None:
-    """S_J from a runtime report: its own ``skew`` if given, else the profiler stage's
-    estimate from the model's tensor sizes (busiest PS, or largest all-reduce class)."""
-    if msg.get("skew") is not None:
-        return float(msg["skew"])
-    return profiler.skew_from_report(msg.get("tensor_bytes"), num_ps)
 
 
 CLIENT_HANDLERS = {

@@ -107,12 +107,33 @@ def test_profiler_stage() -> None:
     assert profiler.skew_from_report(sizes, 0) == pytest.approx(5000 / 5203)  # all-reduce
     assert profiler.skew_from_report(None, 2) is None
     assert profiler.skew_from_report([0, 0], 2) is None
-    # Untraced or vanished pids give no measurement; the report is the fallback.
-    assert profiler.skew_from_pids([4194999], ["127.0.0.1:1"]) is None
-    assert profiler.job_skew(
-        tensor_bytes=sizes, num_ps=2, pids=[4194999], ps_addresses=["127.0.0.1:1"]
-    ) == pytest.approx(5200 / 5203)
-    assert profiler.job_skew() is None
+    # Untraced or vanished pids give no measurement.
+    assert profiler.traffic_of([4194999], ["127.0.0.1:1"]) == {}
+
+
+def test_measured_traffic_is_summed_over_nodes_and_never_beats_the_runtime() -> None:
+    stage = profiler.SkewStage()
+
+    def measured(job: str, node: str, restart: int, ps0: int, ps1: int) -> float | None:
+        ps_bytes = {"h:1": ps0, "h:2": ps1}
+        return stage({"job_id": job, "node": node, "restart": restart, "ps_bytes": ps_bytes}, 2)
+
+    # S_J of the job's traffic over all its nodes: (300 + 100) / (300 + 100 + 100 + 100)
+    assert measured("j1", "a", 0, 300, 100) == pytest.approx(0.75)
+    assert measured("j1", "b", 0, 100, 100) == pytest.approx(400 / 600)
+    # a new run's measurements replace the old run's, node by node
+    assert measured("j1", "b", 1, 100, 300) == pytest.approx(0.75)
+    # the runtime's tensor sizes win, and measurements do not override them afterwards
+    tensors = stage({"job_id": "j1", "tensor_bytes": [100, 1, 100, 1, 5000, 1]}, 2)
+    assert tensors == pytest.approx(5200 / 5203)
+    assert measured("j1", "a", 1, 900, 100) is None
+    # the runtime's own skew wins over everything; a report with nothing new changes nothing
+    assert stage({"job_id": "j1", "skew": 0.4}, 2) == 0.4
+    assert stage({"job_id": "j1", "tensor_bytes": [1, 2]}, 2) is None
+    assert stage({"job_id": "j1", "step": 7}, 2) is None
+    # other jobs are their own
+    assert measured("j2", "a", 0, 0, 0) is None  # no traffic yet: unknown
+    assert measured("j2", "a", 0, 100, 300) == pytest.approx(0.75)
 
 
 def test_roles_from_tf_config_and_gang_variables() -> None:
