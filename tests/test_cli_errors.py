@@ -25,13 +25,14 @@ HUGE = str(10**30)
 
 def _check(
     capsys: pytest.CaptureFixture[str], main: Callable, argv: list[str], problem: str
-) -> None:
+) -> str:
     code = main(argv)
     err = capsys.readouterr().err
     assert code == 2, err
     assert "Traceback" not in err
     [line] = err.strip().splitlines()  # one line, whatever the program and the problem
     assert problem in line, err
+    return line
 
 
 @pytest.fixture
@@ -119,17 +120,18 @@ def test_simulator(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
 
 def test_usage_errors_are_one_line_in_every_program(capsys: pytest.CaptureFixture[str]) -> None:
     """click's own usage errors (an unknown flag, a missing argument or command) print a
-    usage block and a hint; every program prints one line instead."""
-    cases: list[tuple[Callable, list[str], str]] = [
-        (coordinator, ["--no-such-flag"], "tiresias-coordinator: No such option '--no-such-flag'"),
-        (agent, ["--heartbeat"], "tiresias-agent: Option '--heartbeat' requires an argument"),
-        (tiresias, [], "tiresias: Missing command"),
-        (tiresias, ["stat"], "tiresias: No such command 'stat'"),
-        (tiresias, ["cancel"], "tiresias cancel: Missing argument 'JOB'"),
-        (tiresias, ["keys", "add-user", "dir"], "tiresias keys add-user: Missing argument 'NAME'"),
-        (run, ["--workers", "2"], "tiresias-run: Missing argument 'SCRIPT'"),
-        (sim, [FIGURE7], "tiresias-sim: Missing option '--policy'"),
-        (tap, ["skew", "--dump"], "ibverbs-tap skew: Option '--dump' requires an argument"),
+    usage block and a hint; every program prints one line instead, naming the program (and
+    subcommand) and the flag, argument or command (click words the rest)."""
+    cases: list[tuple[Callable, list[str], str, str]] = [
+        (coordinator, ["--no-such-flag"], "tiresias-coordinator", "--no-such-flag"),
+        (agent, ["--heartbeat"], "tiresias-agent", "'--heartbeat' requires an argument"),
+        (tiresias, [], "tiresias", "Missing command"),
+        (tiresias, ["stat"], "tiresias", "'stat'"),
+        (tiresias, ["cancel"], "tiresias cancel", "Missing argument 'JOB'"),
+        (tiresias, ["keys", "add-user", "dir"], "tiresias keys add-user", "'NAME'"),
+        (run, ["--workers", "2"], "tiresias-run", "Missing argument 'SCRIPT'"),
+        (sim, [FIGURE7], "tiresias-sim", "Missing option '--policy'"),
+        (tap, ["skew", "--dump"], "ibverbs-tap skew", "'--dump' requires an argument"),
     ]
-    for main, argv, problem in cases:
-        _check(capsys, main, argv, problem)
+    for main, argv, program, problem in cases:
+        assert _check(capsys, main, argv, problem).startswith(f"{program}: "), argv

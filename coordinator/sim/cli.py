@@ -6,7 +6,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import shlex
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -27,11 +26,13 @@ from coordinator.argtypes import (
 from coordinator.clikit import ARGV, Command, argument, json_option, option, usage_error, words
 from coordinator.clikit import run as run_cli
 from coordinator.core import GITTINS_VARIANTS, POLICY_NAMES, QUEUE_ORDERS, ServiceDistribution
-from coordinator.core.model import CoreError, JobSpec, Node
+from coordinator.core.model import CoreError
 from coordinator.core.settings import build_scheduler
-from coordinator.sim.engine import SimOptions, SimResult, core_settings, run
+from coordinator.sim.cluster import cluster_from_file, cluster_from_shape
+from coordinator.sim.engine import SimOptions, core_settings
 from coordinator.sim.report import Bins, format_report, json_summary, write_outputs
-from coordinator.sim.sweep import SWEEP_NAMES, SweepError, format_table, parse_grid, plot, run_sweep
+from coordinator.sim.session import report_refused, run_one, sweep
+from coordinator.sim.sweep import SWEEP_NAMES, SweepError
 from coordinator.sim.traces import FORMATS, TraceError, load_trace, parse_when, resolve_trace
 
 EXAMPLES = """\
@@ -49,51 +50,6 @@ examples:
 shipped traces, usable by name: philly, tiresias-60job (traces); yarn-gput1000,
 yarn-gput10000 (GPU-time samples for --gittins-samples)
 """
-
-
-#: Largest simulated cluster: far above any real one, and within memory.
-MAX_MACHINES = 100_000
-MAX_GPUS_PER_MACHINE = 1024
-
-
-def cluster_from_shape(shape: str) -> list[Node]:
-    """``NxG``: N machines with G GPUs each, named n000, n001, …"""
-    try:
-        machines, gpus = (int(x) for x in shape.lower().split("x"))
-    except ValueError:
-        raise ValueError(f"--cluster {shape!r}: expected MACHINESxGPUS, e.g. 16x4") from None
-    if machines < 1 or gpus < 1:
-        raise ValueError(f"--cluster {shape!r}: need at least one machine and one GPU")
-    if machines > MAX_MACHINES or gpus > MAX_GPUS_PER_MACHINE:
-        raise ValueError(
-            f"--cluster {shape!r}: at most {MAX_MACHINES} machines of at most "
-            f"{MAX_GPUS_PER_MACHINE} GPUs"
-        )
-    return [Node(f"n{i:03d}", tuple(range(gpus))) for i in range(machines)]
-
-
-def cluster_from_file(path: Path) -> list[Node]:
-    """JSON ``{"nodes": [{"name": "a", "gpus": 4 | [0, 1, …], "switch": "s0"}, …]}``."""
-    try:
-        doc = json.loads(path.read_text())
-        nodes = []
-        if len(doc["nodes"]) > MAX_MACHINES:
-            raise ValueError(f"at most {MAX_MACHINES} nodes")
-        for i, n in enumerate(doc["nodes"]):
-            gpus = n["gpus"]
-            if isinstance(gpus, int) and not 0 < gpus <= MAX_GPUS_PER_MACHINE:
-                raise ValueError(f"node {i}: 1 to {MAX_GPUS_PER_MACHINE} GPUs")
-            indices = tuple(range(gpus)) if isinstance(gpus, int) else tuple(int(g) for g in gpus)
-            nodes.append(Node(str(n.get("name", f"n{i:03d}")), indices, n.get("switch")))
-    except OSError as e:
-        raise ValueError(f"--cluster-file {path}: {e.strerror}") from None
-    except (ValueError, KeyError, TypeError, AttributeError, RecursionError) as e:
-        raise ValueError(
-            f'--cluster-file {path}: expected {{"nodes": [{{"name": …, "gpus": N}}, …]}} ({e})'
-        ) from None
-    if not nodes or any(not n.gpus for n in nodes):
-        raise ValueError(f"--cluster-file {path}: every node needs at least one GPU")
-    return nodes
 
 
 def _writable_dir(path: Path) -> None:
@@ -386,11 +342,30 @@ def command(**a: Any) -> int:
         return _error("no jobs in the trace (or in the slice)")
     argv = ["tiresias-sim", *ctx.meta[ARGV]]
     if args.sweeps:
-        return _sweep(args, argv, trace.specs, nodes, options)
+        if not args.out:
+            usage_error("--sweep needs --out DIR (its results file makes a sweep resumable)")
+        try:
+            sweep(
+                str(args.trace),
+                trace.specs,
+                nodes,
+                args.policies,
+                options,
+                args.sweeps,
+                args.out,
+                argv,
+                args.workers,
+                args.no_progress,
+            )
+        except (SweepError, CoreError) as e:
+            return _error(e)
+        return 0
     if args.reasons:  # each job's reasons and history go into the per-job outputs
         options = dataclasses.replace(options, explain=True)
-    results = [_run(trace.specs, nodes, name, options, args.no_progress) for name in args.policies]
-    _report_refused(results)
+    results = [
+        run_one(trace.specs, nodes, name, options, args.no_progress) for name in args.policies
+    ]
+    report_refused(results)
     bins = Bins(args.bins_gpus, args.bins_duration)
     if args.as_json:
         print(json.dumps(json_summary(results)))
@@ -415,87 +390,6 @@ def _error(problem: object) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     return run_cli(command, argv, "tiresias-sim")
-
-
-def _sweep(
-    args: SimpleNamespace,
-    argv: list[str],
-    specs: list[JobSpec],
-    nodes: list[Node],
-    options: SimOptions,
-) -> int:
-    if not args.out:
-        usage_error("--sweep needs --out DIR (its results file makes a sweep resumable)")
-    try:
-        grid = parse_grid([list(s) for s in args.sweeps])
-        rows, wall, ran = run_sweep(
-            specs,
-            nodes,
-            args.policies,
-            options,
-            grid,
-            args.out,
-            workers=args.workers,
-            make_cluster=cluster_from_shape,
-            quiet=args.no_progress,
-        )
-    except (SweepError, CoreError) as e:
-        return _error(e)
-    names = [n for n, _ in grid]
-    table = format_table(rows, names, markdown=False)
-    print(f"{args.trace}: {len(specs)} jobs; {len(rows)} configs ({ran} run now)")
-    print(table)
-    rate = f"{ran / wall * 60:.1f} configs/minute with {args.workers} workers" if ran else ""
-    (args.out / "sweep.md").write_text(
-        f"# Sweep of {', '.join(names)}\n\n`{shlex.join(argv)}`\n\n"
-        f"{format_table(rows, names, markdown=True)}\n"
-    )
-    written = [args.out / "sweep.csv", args.out / "sweep.md"]
-    picture = plot(rows, grid, args.out / "sweep.png")
-    written += [picture] if picture else []
-    for path in written:
-        print(f"wrote {path}", file=sys.stderr)
-    if rate:
-        print(f"tiresias-sim: {ran} configs in {wall:.0f} s: {rate}", file=sys.stderr)
-    return 0
-
-
-def _run(
-    specs: list[JobSpec], nodes: list[Node], policy: str, options: SimOptions, quiet: bool
-) -> SimResult:
-    from tqdm import tqdm
-
-    # disable=None: no bar when stderr is not a terminal; delay: none for short runs.
-    with tqdm(
-        total=len(specs),
-        desc=policy,
-        unit="job",
-        file=sys.stderr,
-        disable=True if quiet else None,
-        delay=2.0,
-        leave=False,
-    ) as bar:
-        return run(specs, nodes, policy, options, bar.update)
-
-
-def _report_refused(results: Sequence[SimResult]) -> None:
-    """Jobs the core refused at submission (larger than the cluster), once per distinct set."""
-    seen: set[tuple[tuple[str, str], ...]] = set()
-    for r in results:
-        key = tuple(r.skipped)
-        if key and key not in seen:
-            seen.add(key)
-            job_id, reason = r.skipped[0]
-            who = (
-                "all policies"
-                if len(results) == 1 or all(tuple(x.skipped) == key for x in results)
-                else r.policy
-            )
-            print(
-                f"tiresias-sim: skipped {len(r.skipped)} job(s) the core refused ({who}), "
-                f"e.g. job {job_id}: {reason}",
-                file=sys.stderr,
-            )
 
 
 if __name__ == "__main__":

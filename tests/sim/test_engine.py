@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from coordinator.core import POLICY_NAMES
 from coordinator.core.model import JobSpec, Preempt, Start
 from coordinator.sim import engine
-from coordinator.sim.cli import cluster_from_shape
+from coordinator.sim.cluster import cluster_from_shape
 from coordinator.sim.engine import SimResult, simulate
 from coordinator.sim.profiles import PROFILES, profile
 from coordinator.sim.traces import load_trace, resolve_trace

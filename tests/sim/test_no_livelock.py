@@ -12,7 +12,7 @@ from types import FrameType
 
 import pytest
 
-from coordinator.sim.cli import cluster_from_shape
+from coordinator.sim.cluster import cluster_from_shape
 from coordinator.sim.engine import simulate
 from coordinator.sim.traces import load_trace
 

@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 from coordinator.core import POLICY_NAMES
-from coordinator.sim.cli import cluster_from_shape
+from coordinator.sim.cluster import cluster_from_shape
 from coordinator.sim.engine import SimOptions, run
 from coordinator.sim.traces import load_trace, resolve_trace
 

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from coordinator.core import DEFAULT_QUEUE_THRESHOLDS
 from coordinator.core.config import thresholds_text
-from coordinator.sim.cli import cluster_from_shape
+from coordinator.sim.cluster import cluster_from_shape
 from coordinator.sim.engine import SimOptions
 from coordinator.sim.sweep import format_table, plot, run_sweep
 from coordinator.sim.traces import load_trace, parse_when, resolve_trace

@@ -28,7 +28,7 @@ from pathlib import Path
 from coordinator.core import DEFAULT_QUEUE_THRESHOLDS, POLICY_NAMES
 from coordinator.core.config import thresholds_text
 from coordinator.core.model import JobSpec, Node
-from coordinator.sim.cli import cluster_from_shape
+from coordinator.sim.cluster import cluster_from_shape
 from coordinator.sim.engine import SimOptions, SimResult, run
 from coordinator.sim.report import Bins, format_report
 from coordinator.sim.traces import load_trace, parse_when, resolve_trace
