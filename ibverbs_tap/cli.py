@@ -44,6 +44,8 @@ from ibverbs_tap.profile import (
 from ibverbs_tap.report import describe, profile_report, size
 from ibverbs_tap.roles import (
     Cluster,
+    RoleLog,
+    dump_ps,
     gang_addresses,
     gang_ps,
     job_pids,
@@ -55,6 +57,9 @@ from ibverbs_tap.roles import (
 from ibverbs_tap.skew import bytes_per_ps, skew
 
 DUMP_VERSION = 1
+#: How often ``run`` looks for new traced processes to note their roles (a process that
+#: lives shorter may stay unlabelled in the dump).
+ROLE_POLL_S = 0.1
 DESCRIPTION = "Per-peer message-size histograms of TCP and RDMA verbs traffic, and S_J."
 
 
@@ -118,12 +123,13 @@ def _ps_cluster(
     ps: Sequence[str], tf_config: str | None, traced: bool, profiles: Sequence[ProcessProfile]
 ) -> Cluster:
     """The parameter servers, by role: ``--ps``, else ``--tf-config``, else the TF_CONFIG
-    the ``traced`` processes started with, else ``$TF_CONFIG``."""
+    the ``traced`` processes started with (or the roles a dump's peers are named by), else
+    ``$TF_CONFIG``."""
     if ps:
         return {"ps": dict(enumerate(ps))}
     if tf_config:
         return {"ps": ps_tasks(tf_config)}
-    found = gang_ps(p.pid for p in profiles) if traced else None
+    found = gang_ps(p.pid for p in profiles) if traced else dump_ps(profiles)
     if found:
         return {"ps": found}
     if os.environ.get("TF_CONFIG"):
@@ -180,14 +186,21 @@ def cmd_run(out: str | None, command: list[str]) -> int:
             for s in (signal.SIGTERM, signal.SIGHUP)
         }
         old_int = signal.signal(signal.SIGINT, signal.SIG_IGN)  # the terminal signals the child
+        log = RoleLog(directory, proc.pid, env)
         try:
-            rc = proc.wait()
+            while True:  # note each process's roles while it lives, for the dump
+                log.poll()
+                try:
+                    rc = proc.wait(ROLE_POLL_S)
+                    break
+                except subprocess.TimeoutExpired:
+                    continue
         finally:
             signal.signal(signal.SIGINT, old_int)
             for s, handler in forward.items():
                 signal.signal(s, handler)
         if out:
-            _write_dump(out, command, rc, list(read_directory(directory)))
+            _write_dump(out, command, rc, log.label(read_directory(directory)))
     finally:
         shutil.rmtree(directory, ignore_errors=True)
     return rc if rc >= 0 else 128 - rc
@@ -237,7 +250,12 @@ def cli() -> None:
 @cli.command(
     "run", help="run a command with the tap preloaded", context_settings=PASSTHROUGH_SETTINGS
 )
-@option("--out", metavar="FILE", help="write a JSON summary of every traced process at exit")
+@option(
+    "--out",
+    metavar="FILE",
+    help="write a JSON summary of every traced process at exit, processes and peers named by "
+    "role (ps0, worker1) from their TF_CONFIG or TIRESIAS_ROLE",
+)
 @argument("command", nargs=-1, type=click.UNPROCESSED, help="-- CMD…")
 def run_command(out: str | None, command: tuple[str, ...]) -> int:
     words = passthrough(click.get_current_context(), command)

@@ -21,7 +21,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from ibverbs_tap.profile import ProcessProfile, environ_of
+from ibverbs_tap.profile import FILE_PREFIX, ProcessProfile, environ_of
 
 Cluster = Mapping[str, Mapping[int, str]]  # task type -> index -> address (``cluster_of``)
 Endpoints = dict[tuple[str, int], str]  # (ip, port) -> role
@@ -242,13 +242,14 @@ def labelled(
     profile: ProcessProfile,
     owners: Mapping[tuple[str, int], int] | None = None,
     gang: Mapping[str, str] | None = None,
+    environ: Mapping[str, str] | None = None,
 ) -> ProcessProfile:
-    """``profile`` with its own role and its peers' roles, from its process's environment:
-    peers at a task's (or the coordinator's) address by that task, also at the addresses of
-    ``gang`` (role -> address, e.g. its gang's ``gang_addresses``); with ``owners``
-    (``socket_owners()``), peers that connected to it from this machine by the role of the
-    process that holds the other end."""
-    environ = environ_of(profile.pid)
+    """``profile`` with its own role and its peers' roles, from its process's environment
+    (``environ``, or read from /proc): peers at a task's (or the coordinator's) address by
+    that task, also at the addresses of ``gang`` (role -> address, e.g. its gang's
+    ``gang_addresses``); with ``owners`` (``socket_owners()``), peers that connected to it
+    from this machine by the role of the process that holds the other end."""
+    environ = environ_of(profile.pid) if environ is None else environ
     by_endpoint = resolve({**(gang or {}), **gang_addresses(environ)})
     profile = label(replace(profile, role=own_role(environ)), by_endpoint)
     if owners is None:
@@ -260,3 +261,73 @@ def labelled(
         for p in profile.peers
     )
     return replace(profile, peers=peers)
+
+
+#: What ``labelled`` reads from a process's environment.
+ROLE_VARIABLES = (
+    "TF_CONFIG",
+    "TIRESIAS_ROLE",
+    "TIRESIAS_TASK_INDEX",
+    "TIRESIAS_COORDINATOR",
+    "HOROVOD_GLOO_RENDEZVOUS_ADDR",
+    "HOROVOD_GLOO_RENDEZVOUS_PORT",
+)
+
+
+#: ``RoleLog``'s notes in the directory of ``ibverbs-tap run``: pid -> role variables.
+NOTES = "roles.json"
+
+
+class RoleLog:
+    """The role variables of every process that writes a profile into ``directory``, read
+    while it runs (``poll``): ``ibverbs-tap run --out`` writes its dump after they have
+    exited, when /proc no longer has their environments. ``command_pid`` started with
+    ``command_environ`` (known without reading /proc, so however short it lived)."""
+
+    def __init__(
+        self,
+        directory: str | os.PathLike[str],
+        command_pid: int,
+        command_environ: Mapping[str, str],
+    ) -> None:
+        self.directory = Path(directory)
+        self.environs: dict[int, dict[str, str]] = {command_pid: _role_variables(command_environ)}
+
+    def poll(self) -> None:
+        """Note the processes that started since the last poll; what is noted is also in
+        ``NOTES`` in the directory (to look at while the command runs)."""
+        noted = len(self.environs)
+        for path in self.directory.glob(f"{FILE_PREFIX}*"):
+            pid = path.name.removeprefix(FILE_PREFIX)
+            if pid.isdigit() and int(pid) not in self.environs:
+                environ = environ_of(int(pid))
+                if environ:  # else gone already (or not ours to read): left unlabelled
+                    self.environs[int(pid)] = _role_variables(environ)
+        if len(self.environs) > noted:
+            notes = self.directory / f".{NOTES}"
+            notes.write_text(json.dumps({str(k): v for k, v in self.environs.items()}))
+            notes.replace(self.directory / NOTES)
+
+    def label(self, profiles: Iterable[ProcessProfile]) -> list[ProcessProfile]:
+        """``profiles`` named by role as ``labelled`` names live ones: each process by its
+        own environment, every peer at an address any of them names (the whole gang's)."""
+        gang: dict[str, str] = {}
+        for environ in self.environs.values():
+            gang.update(gang_addresses(environ))
+        return [labelled(p, None, gang, self.environs.get(p.pid, {})) for p in profiles]
+
+
+def _role_variables(environ: Mapping[str, str]) -> dict[str, str]:
+    return {k: environ[k] for k in ROLE_VARIABLES if k in environ}
+
+
+def dump_ps(profiles: Iterable[ProcessProfile]) -> dict[int, str] | None:
+    """The parameter servers (index -> address) the peers of a labelled dump name; None
+    when no peer is a ``psN``."""
+    found = {
+        int(peer.role[2:]): peer.address
+        for p in profiles
+        for peer in p.peers
+        if peer.role and peer.role.startswith("ps") and peer.role[2:].isdigit()
+    }
+    return dict(sorted(found.items())) or None

@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 
 import ibverbs_tap
-from ibverbs_tap.profile import FILE_PREFIX, HEADER
+from ibverbs_tap.profile import DIR_ENV, FILE_PREFIX, HEADER, environ_of
+from ibverbs_tap.roles import NOTES
 
 from .helpers import (
     ACK,
@@ -403,6 +404,13 @@ def test_skew_from_pid_tf_config_and_dump(tmp_path: Path, sink: SinkServer) -> N
     config_file = str(tmp_path / "tf_config.json")
     from_dump = tap_cli("skew", "--dump", str(dump), "--tf-config", config_file, "--json", env=env)
     assert json.loads(from_dump.stdout)["skew"] == 0.75
+    labelled = tap_cli("skew", "--dump", str(dump), "--json", env=env)  # roles in the dump
+    assert json.loads(labelled.stdout)["skew"] == 0.75
+    unlabelled = json.loads(dump.read_text())
+    for process in unlabelled["processes"]:
+        for peer in process["peers"]:
+            peer["role"] = None
+    dump.write_text(json.dumps(unlabelled))
     no_ps = tap_cli("skew", "--dump", str(dump), env=env)
     assert no_ps.returncode == 1 and "no parameter servers" in no_ps.stderr
     bad_dump = tap_cli("skew", "--dump", str(tmp_path / "tf_config.json"), "--ps", a, env=env)
@@ -438,3 +446,40 @@ def test_socket_only_build_says_so(tmp_path: Path, sink: SinkServer) -> None:
         f"127.0.0.1:{sink.ports[1]}": 1000,
     }
     assert not (tmp_path / f"{FILE_PREFIX}{pid}").exists()  # removed at exit without KEEP
+
+
+def test_run_out_names_processes_and_peers_by_role(tmp_path: Path) -> None:
+    """A worker and the child it spawns (another task, its own TF_CONFIG) under one
+    `ibverbs-tap run --out`: the dump, written after both exited, names each process by its
+    task and the peers by the task at their address, so `skew --dump` needs no --ps."""
+    servers = ScheduleServers(2)
+    a, b = (f"127.0.0.1:{p}" for p in servers.ports)
+    cluster = {"ps": [a, b], "worker": ["127.0.0.1:1", "127.0.0.1:2"]}
+    env = {k: v for k, v in os.environ.items() if k != "TF_CONFIG"}
+    dump = tmp_path / "dump.json"
+    proc = tap_popen(
+        [sys.executable, LOOPER, "schedule", *map(str, servers.ports), "--spawn"],
+        "--out",
+        str(dump),
+        env=dict(
+            env,
+            TF_CONFIG=json.dumps({"cluster": cluster, "task": {"type": "worker", "index": 0}}),
+            CHILD_TF_CONFIG=json.dumps({"cluster": cluster, "task": {"type": "chief", "index": 0}}),
+        ),
+    )
+    _, parent, child = proc.stdout.readline().split()
+    notes = Path(environ_of(int(child))[DIR_ENV]) / NOTES  # what run has noted so far
+    _until(lambda: notes.exists() and child in json.loads(notes.read_text()))
+    proc.stdin.close()
+    assert proc.wait(timeout=30) == 0
+    servers.close()
+    processes = {p["pid"]: p for p in json.loads(dump.read_text())["processes"]}
+    assert {pid: p["role"] for pid, p in processes.items()} == {
+        int(parent): "worker0",
+        int(child): "chief0",
+    }
+    assert sorted(peer["role"] for peer in processes[int(parent)]["peers"]) == ["ps0", "ps1"]
+    assert sorted(peer["role"] for peer in processes[int(child)]["peers"]) == ["ps0", "ps1"]
+    skew = tap_cli("skew", "--dump", str(dump), "--json", env=env)
+    assert skew.returncode == 0, skew.stderr
+    assert json.loads(skew.stdout)["addresses"] == {"ps0": a, "ps1": b}
