@@ -1,0 +1,247 @@
+"""A real Slurm cluster on one machine, for tests, benchmarks and trying Tiresias on Slurm.
+
+Starts ``munged``, ``slurmctld`` and one ``slurmd -N NAME`` per node from Debian's packages
+(Slurm 22.05), everything under one directory: configuration, state, logs, the munge key and
+socket, and fake GPU device files (``gres.conf`` needs device files; nothing opens them). The
+slurmd daemons share the host, each on its own port (``NodeName=… Port=…``). Needs root.
+
+    python tools/slurm_local.py DIR --nodes 2 --gpus 2   # runs until Ctrl-C
+    SLURM_CONF=DIR/slurm.conf sinfo
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import signal
+import socket
+import stat
+import subprocess
+import sys
+import time
+from pathlib import Path
+from types import TracebackType
+
+DAEMONS = ("munged", "slurmctld", "slurmd", "sbatch", "scontrol", "squeue", "sinfo")
+#: The exit code Tiresias' runtime uses for "checkpointed, resume me" (tiresias_launch).
+EXIT_CHECKPOINTED = 75
+
+
+def missing() -> str | None:
+    """Why a local Slurm cannot run here, or None when it can."""
+    if os.geteuid() != 0:
+        return "a local Slurm needs root (slurmd runs jobs as their users)"
+    absent = [d for d in DAEMONS if shutil.which(d) is None]
+    if absent:
+        return f"Slurm is not installed ({', '.join(absent)} missing; tools/install-test-deps.sh)"
+    return None
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def slurm_conf(
+    root: Path, nodes: dict[str, int], ports: dict[str, int], partition: str = "tiresias"
+) -> str:
+    """slurm.conf for a Tiresias-managed partition (docs/slurm.md explains each setting)."""
+    node_lines = "\n".join(
+        f"NodeName={n} NodeHostname=localhost NodeAddr=127.0.0.1 Port={ports[n]} CPUs=16 "
+        f"RealMemory=4000 Gres=gpu:{g} State=UNKNOWN"
+        for n, g in nodes.items()
+    )
+    return f"""\
+ClusterName=tiresias{os.getpid()}
+SlurmctldHost=localhost(127.0.0.1)
+SlurmctldPort={ports["ctld"]}
+SlurmdPort={ports["slurmd"]}
+SlurmUser=root
+SlurmdUser=root
+AuthType=auth/munge
+AuthInfo=socket={root}/munge/socket,cred_expire=10
+CredType=cred/munge
+StateSaveLocation={root}/state
+SlurmdSpoolDir={root}/spool/%n
+SlurmctldPidFile={root}/slurmctld.pid
+SlurmdPidFile={root}/slurmd-%n.pid
+SlurmctldLogFile={root}/log/slurmctld.log
+SlurmdLogFile={root}/log/slurmd-%n.log
+PlugStackConfig={root}/plugstack.conf
+MailProg=/bin/true
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+JobAcctGatherType=jobacct_gather/none
+AccountingStorageType=accounting_storage/none
+JobCompType=jobcomp/filetxt
+JobCompLoc={root}/jobcomp.txt
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core
+SchedulerType=sched/backfill
+SchedulerParameters=sched_interval=1
+PriorityType=priority/basic
+GresTypes=gpu
+ReturnToService=2
+SlurmdParameters=config_overrides
+MpiDefault=none
+SwitchType=switch/none
+JobRequeue=1
+RequeueExitHold={EXIT_CHECKPOINTED}
+MinJobAge=86400
+KillWait=5
+{node_lines}
+PartitionName={partition} Nodes={",".join(nodes)} Default=YES MaxTime=INFINITE State=UP
+"""
+
+
+class LocalSlurm:
+    """``with LocalSlurm(dir, {"n1": 2, "n2": 2}) as slurm:`` — every node idle inside."""
+
+    def __init__(self, root: Path, nodes: dict[str, int], partition: str = "tiresias") -> None:
+        self.root = root.resolve()
+        self.nodes = nodes
+        self.partition = partition
+        self.conf = self.root / "slurm.conf"
+        self.env = {**os.environ, "SLURM_CONF": str(self.conf)}
+        self._procs: dict[str, subprocess.Popen[bytes]] = {}
+
+    def run(self, *cmd: str, check: bool = True) -> str:
+        """A Slurm command against this cluster; its stdout."""
+        done = subprocess.run(cmd, env=self.env, capture_output=True, text=True, timeout=60)
+        if check and done.returncode != 0:
+            raise RuntimeError(f"{' '.join(cmd)}: {done.stderr.strip() or done.returncode}")
+        return done.stdout
+
+    def __enter__(self) -> LocalSlurm:
+        try:
+            self.start()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
+
+    def start(self, timeout: float = 60.0) -> None:
+        r = self.root
+        for sub in ("munge", "state", "log", "dev", *(f"spool/{n}" for n in self.nodes)):
+            (r / sub).mkdir(parents=True, exist_ok=True)
+        (r / "munge").chmod(0o711)
+        key = r / "munge" / "key"
+        key.write_bytes(os.urandom(1024))
+        key.chmod(0o600)
+        (r / "plugstack.conf").write_text("")
+        gpus = max(self.nodes.values())
+        for i in range(gpus):  # what gres.conf's File= names; /dev/null's numbers
+            dev = r / "dev" / f"gpu{i}"
+            if not dev.exists():
+                os.mknod(dev, stat.S_IFCHR | 0o666, os.makedev(1, 3))
+        (r / "gres.conf").write_text(
+            "AutoDetect=off\n"
+            + "".join(
+                f"NodeName={n} Name=gpu File={r}/dev/gpu[0-{g - 1}]\n" if g > 1 else
+                f"NodeName={n} Name=gpu File={r}/dev/gpu0\n"
+                for n, g in self.nodes.items()
+            )
+        )
+        ports = {name: _free_port() for name in ("ctld", "slurmd", *self.nodes)}
+        self.conf.write_text(slurm_conf(r, self.nodes, ports, self.partition))
+        m = r / "munge"
+        self._spawn(
+            "munged",
+            ["munged", "-F", "-f", f"--socket={m}/socket", f"--key-file={key}",
+             f"--pid-file={m}/pid", f"--log-file={m}/log", f"--seed-file={m}/seed"],
+        )
+        self._wait(lambda: (m / "socket").exists(), timeout, "munged's socket")
+        self._spawn("slurmctld", ["slurmctld", "-D", "-i", "-f", str(self.conf)])
+        self._wait(lambda: self._answers(), timeout, "slurmctld to answer")
+        for node in self.nodes:
+            self._spawn(f"slurmd-{node}", ["slurmd", "-D", "-N", node, "-f", str(self.conf)])
+        self._wait(self._all_idle, timeout, "every node idle")
+
+    def _spawn(self, name: str, cmd: list[str]) -> None:
+        log = (self.root / "log" / f"{name}.out").open("ab")
+        self._procs[name] = subprocess.Popen(cmd, env=self.env, stdout=log, stderr=log)
+
+    def _answers(self) -> bool:
+        return subprocess.run(
+            ["scontrol", "ping"], env=self.env, capture_output=True, timeout=30
+        ).returncode == 0
+
+    def states(self) -> dict[str, str]:
+        """Node → its state as ``sinfo`` says it (idle, mixed, allocated, down*, …)."""
+        out = self.run("sinfo", "-h", "-N", "-o", "%N %T", check=False)
+        return dict(line.split() for line in out.splitlines() if line.strip())
+
+    def _all_idle(self) -> bool:
+        states = self.states()
+        return all(states.get(n) == "idle" for n in self.nodes)
+
+    def _wait(self, cond: object, timeout: float, what: str) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            dead = [n for n, p in self._procs.items() if p.poll() is not None]
+            if dead:
+                raise RuntimeError(
+                    f"{', '.join(dead)} exited while waiting for {what}; see {self.root}/log"
+                )
+            if cond():  # type: ignore[operator]
+                return
+            time.sleep(0.05)
+        raise RuntimeError(f"timed out after {timeout}s waiting for {what}; see {self.root}/log")
+
+    def jobs(self) -> list[str]:
+        """Ids of the jobs Slurm still holds (pending, running, completing)."""
+        out = self.run("squeue", "-h", "-t", "PD,R,CG,S,SE,RQ,RH,RS,RF,CF", "-o", "%i",
+                       check=False)
+        return out.split()
+
+    def cancel_all(self, timeout: float = 60.0) -> None:
+        """Cancel every job and wait until Slurm has finished them all, nodes idle again."""
+        if "slurmctld" not in self._procs:
+            return
+        self.run("scancel", "--full", "-p", self.partition, check=False)
+        self.run("scancel", "-p", self.partition, "--state=PENDING", check=False)
+        self._wait(lambda: not self.jobs() and self._all_idle(), timeout, "all jobs gone")
+
+    def stop(self) -> None:
+        try:
+            self.cancel_all()
+        except RuntimeError:
+            pass
+        for name in reversed(list(self._procs)):
+            proc = self._procs.pop(name)
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+                try:
+                    proc.wait(20)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("dir", type=Path, help="where configuration, state and logs go")
+    ap.add_argument("--nodes", type=int, default=2, help="slurmd daemons (default 2)")
+    ap.add_argument("--gpus", type=int, default=2, help="fake GPUs per node (default 2)")
+    args = ap.parse_args()
+    why = missing()
+    if why:
+        print(f"slurm_local: {why}", file=sys.stderr)
+        return 2
+    nodes = {f"n{i + 1}": args.gpus for i in range(args.nodes)}
+    with LocalSlurm(args.dir, nodes) as slurm:
+        print(f"export SLURM_CONF={slurm.conf}", flush=True)
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+        signal.sigwait({signal.SIGINT, signal.SIGTERM})
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
