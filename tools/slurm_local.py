@@ -12,6 +12,7 @@ slurmd daemons share the host, each on its own port (``NodeName=… Port=…``).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import shutil
 import signal
@@ -210,10 +211,8 @@ class LocalSlurm:
         self._wait(lambda: not self.jobs() and self._all_idle(), timeout, "all jobs gone")
 
     def stop(self) -> None:
-        try:
+        with contextlib.suppress(RuntimeError):
             self.cancel_all()
-        except RuntimeError:
-            pass
         for name in reversed(list(self._procs)):
             proc = self._procs.pop(name)
             if proc.poll() is None:

@@ -10,7 +10,12 @@ from tools.slurm_local import LocalSlurm
 
 def test_gang_across_both_nodes(slurm: LocalSlurm) -> None:
     out = slurm.run(
-        "srun", "-N2", "-n2", "--gres=gpu:2", "bash", "-c",
+        "srun",
+        "-N2",
+        "-n2",
+        "--gres=gpu:2",
+        "bash",
+        "-c",
         'echo "$SLURMD_NODENAME $CUDA_VISIBLE_DEVICES"',
     )
     assert sorted(out.split("\n")[:2]) == ["n1 0,1", "n2 0,1"]

@@ -1,0 +1,465 @@
+"""Slurm as an executor: Tiresias decides order, preemption and placement; Slurm runs the jobs.
+
+One start of a Tiresias job is one Slurm batch job (``--nodes``, ``--nodelist`` from our
+placement, ``--gres=gpu:N`` per node, ``--requeue``) whose batch step runs one ``srun`` step per
+node and one task per planned process (``slurm_task``). Slurm starts exactly what the
+coordinator decides: a job is submitted, or its held predecessor released, only when the core
+has decided to start it, on the nodes the core chose; a job that stops to be resumed exits 75,
+which ``RequeueExitHold=75`` turns into a held requeue, so Slurm frees its GPUs and never starts
+it again on its own.
+
+Preemption sends the preemption signal to the job's steps (``scancel --signal``); the runtime
+checkpoints and exits 75; past the grace period ``scontrol requeuehold`` kills what is left and
+requeues it held. Facts come from ``squeue --json`` and ``sinfo --json`` (``poll``, at most every
+``interval`` seconds), exit codes from the files the tasks write in the job's directory
+(``spool``, on a file system the nodes share). After a coordinator restart the jobs are found
+again by name (``tiresias:<job key>``) and every node reports the starts really running there.
+docs/slurm.md has the cluster settings and the limits.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import pwd
+import shlex
+import subprocess
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from coordinator.service.executor import (
+    ExecutorEvent,
+    Gang,
+    LogData,
+    NodeInfo,
+    NodeLost,
+    NodeUp,
+    PartExited,
+)
+from coordinator.service.slurm_task import exits, launch_file, log_dir, write_json
+from tiresias_launch.contract import COORDINATOR, EXIT_CHECKPOINTED
+
+log = logging.getLogger("tiresias.slurm")
+
+#: Slurm job names of Tiresias jobs: the prefix, then the job key.
+PREFIX = "tiresias:"
+#: Bytes of a failed process' log that its exit carries.
+LOG_TAIL_BYTES = 2048
+#: Job states in which a start's processes may still be alive (their GPUs are busy).
+ACTIVE = frozenset(
+    {"RUNNING", "CONFIGURING", "COMPLETING", "SUSPENDED", "SIGNALING", "STAGE_OUT",
+     "REQUEUE_FED", "REQUEUE_HOLD", "REQUEUED", "RESIZING", "STOPPED"}
+)  # fmt: skip
+WAITING = frozenset({"PENDING", "SPECIAL_EXIT"})
+#: Node states (sinfo's, lower case, without flags) in which a node takes no jobs.
+UNUSABLE = ("down", "drain", "fail", "maint", "unknown", "future", "power", "not_responding")
+
+
+class SlurmError(RuntimeError):
+    """A Slurm command failed; the message has its standard error."""
+
+
+class Slurm:
+    """The Slurm commands the executor uses, against one partition."""
+
+    def __init__(self, partition: str, env: Mapping[str, str] | None = None) -> None:
+        self.partition = partition
+        self.env = dict(os.environ if env is None else env)
+
+    def run(self, *cmd: str) -> str:
+        try:
+            done = subprocess.run(cmd, env=self.env, capture_output=True, text=True, timeout=30)
+        except (OSError, subprocess.TimeoutExpired) as e:
+            raise SlurmError(f"{cmd[0]}: {e}") from None
+        if done.returncode != 0:
+            raise SlurmError(f"{shlex.join(cmd)}: {done.stderr.strip() or done.returncode}")
+        return done.stdout
+
+    def jobs(self) -> list[dict[str, Any]]:
+        """Tiresias' jobs in the partition, finished ones too (``MinJobAge`` keeps them)."""
+        out = json.loads(self.run("squeue", "--json", "-t", "all", "-p", self.partition))
+        return [j for j in out["jobs"] if str(j.get("name", "")).startswith(PREFIX)]
+
+    def nodes(self) -> list[dict[str, Any]]:
+        out = json.loads(self.run("sinfo", "--json", "-p", self.partition))
+        return [n for n in out["nodes"] if self.partition in n.get("partitions", [])]
+
+    def submit(self, script: Path, args: Sequence[str]) -> str:
+        return self.run("sbatch", "--parsable", f"--partition={self.partition}", *args,
+                        str(script)).strip().split(";")[0]  # fmt: skip
+
+    def release(self, slurm_id: str, nodes: Sequence[str]) -> None:
+        # a requeued job may not start before its begin time (Slurm waits out old
+        # credentials): the coordinator decided it starts now
+        self.run("scontrol", "update", f"jobid={slurm_id}", f"NodeList={','.join(nodes)}",
+                 "StartTime=now")  # fmt: skip
+        self.run("scontrol", "release", slurm_id)
+
+    def signal(self, slurm_id: str, sig: str) -> None:
+        self.run("scancel", f"--signal={sig.removeprefix('SIG')}", slurm_id)
+
+    def requeue_hold(self, slurm_id: str) -> None:
+        self.run("scontrol", "requeuehold", slurm_id)
+
+    def hold(self, slurm_id: str) -> None:
+        self.run("scontrol", "hold", slurm_id)
+
+    def cancel(self, slurm_id: str) -> None:
+        self.run("scancel", slurm_id)
+
+
+@dataclass
+class Start:
+    """One start of a Tiresias job as a Slurm job."""
+
+    job_id: str
+    job_key: str
+    restart: int
+    slurm_id: str
+    nodes: tuple[str, ...]
+    shape: tuple[int, int, int]  # nodes, GPUs per node, tasks per node
+    slurm_restarts: int  # Slurm's restart count at which this start runs
+    stopping: str | None = None  # "preempt" or "kill", once asked
+    deadline: float | None = None  # after it: requeue held (preempt) or cancel (kill)
+    ended: bool = False
+    #: Once ended: whether the Slurm job waits held, to be released for the next start,
+    #: and Slurm's restart count then.
+    reusable: bool = False
+    restarts_after: int = 0
+    #: Wall-clock time before which the job may not be released: slurmd refuses a job's
+    #: credentials issued in the second of its last requeue (or earlier).
+    release_after: float = 0.0
+    released: bool = True
+
+
+def gpu_count(gres: str) -> int:
+    """GPUs in a sinfo GRES string: ``gpu:2``, ``gpu:a100:4(S:0-1)``, ``gpu:2,nic:1``."""
+    total = 0
+    for item in gres.split(","):
+        parts = item.split("(")[0].split(":")
+        if parts[0] == "gpu" and parts[-1].isdigit():
+            total += int(parts[-1])
+    return total
+
+
+def outcome(procs: Sequence[Mapping[str, Any]], stopping: str | None) -> str:
+    """A node's part outcome from its processes' codes (None: killed, no code), as the agent
+    judges it: failure first; a completed chief; under preemption, checkpointed only when the
+    chief exited 75; a checkpoint nobody asked for; else killed."""
+    codes = [p["code"] for p in procs]
+    if any(c not in (0, EXIT_CHECKPOINTED, None) and c >= 0 for c in codes):
+        return "failed"
+    chief = [p["code"] for p in procs if p["role"] == "chief"]
+    if chief == [0] or (codes and all(c == 0 for c in codes)):
+        return "completed"
+    if stopping == "preempt":
+        return "checkpointed" if (chief or codes)[:1] == [EXIT_CHECKPOINTED] else "preempted"
+    if EXIT_CHECKPOINTED in codes:
+        return "checkpointed"
+    return "killed"
+
+
+class SlurmExecutor:
+    """The ``Executor`` for a Slurm partition that Tiresias manages."""
+
+    def __init__(
+        self,
+        spool: Path,
+        coordinator: str,
+        partition: str = "tiresias",
+        interval: float = 0.5,
+        slurm: Slurm | None = None,
+        python: str = sys.executable,
+    ) -> None:
+        self.spool = spool.resolve()
+        self.coordinator = coordinator
+        self.interval = interval
+        self.slurm = slurm or Slurm(partition)
+        self.python = python
+        self.starts: dict[str, Start] = {}  # job id → its latest start
+        self._inventory: dict[str, NodeInfo] = {}
+        self._usable: set[str] = set()
+        self._next_poll = 0.0
+        self._found = False  # jobs found again after a restart
+        self._queued: list[ExecutorEvent] = []
+
+    # --- commands ---------------------------------------------------------------------
+    def launch(self, gang: Gang) -> None:
+        jobdir = self.spool / gang.job_key
+        nodes = tuple(sorted(gang.parts))
+        per_node = [len({g for p in gang.parts[n] for g in p.gpus}) for n in nodes]
+        tasks = max(len(gang.parts[n]) for n in nodes)
+        shape = (len(nodes), max(per_node), tasks)
+        if len(set(per_node)) > 1:
+            log.warning("job %s: %s GPUs per node differ; Slurm gets %d on each", gang.job_id,
+                        per_node, shape[1])  # fmt: skip
+        old = self.starts.get(gang.job_id)
+        reuse = old is not None and old.reusable and old.shape == shape
+        slurm_restarts = old.restarts_after if reuse and old else 0
+        parts = {
+            node: [
+                {"role": p.role, "task_index": p.task_index, "argv": list(p.argv),
+                 "env": {COORDINATOR: self.coordinator, **p.env}, "gpus": list(p.gpus),
+                 "cwd": p.cwd}
+                for p in gang.parts[node]
+            ]
+            for node in nodes
+        }  # fmt: skip
+        write_json(
+            launch_file(jobdir),
+            {"job_id": gang.job_id, "restart": gang.restart, "slurm_restarts": slurm_restarts,
+             "parts": parts, "shape": list(shape)},
+        )  # fmt: skip
+        try:
+            if reuse and old:
+                slurm_id = old.slurm_id
+            else:
+                if old is not None and not old.ended:
+                    log.warning("job %s: start %d replaces %d", gang.job_id, gang.restart,
+                                old.restart)  # fmt: skip
+                if old is not None:
+                    with contextlib.suppress(SlurmError):
+                        self.slurm.cancel(old.slurm_id)
+                slurm_id = self._submit(gang, jobdir, nodes, shape)
+        except SlurmError as e:
+            log.error("job %s restart %d: %s", gang.job_id, gang.restart, e)
+            self._queued += [
+                PartExited(gang.job_id, gang.restart, n, "failed",
+                           [{"role": p.role, "task_index": p.task_index, "code": 127,
+                             "log_tail": f"tiresias: Slurm refused the job: {e}"}
+                            for p in gang.parts[n]])
+                for n in nodes
+            ]  # fmt: skip
+            return
+        start = Start(
+            gang.job_id, gang.job_key, gang.restart, slurm_id, nodes, shape, slurm_restarts
+        )
+        if reuse and old:
+            start.released, start.release_after = False, old.release_after
+            self._release(start)
+        self.starts[gang.job_id] = start
+        log.info("job %s restart %d is Slurm job %s on %s", gang.job_id, gang.restart,
+                 slurm_id, ",".join(nodes))  # fmt: skip
+
+    def _submit(
+        self, gang: Gang, jobdir: Path, nodes: tuple[str, ...], shape: tuple[int, int, int]
+    ) -> str:
+        script = jobdir / "batch.sh"
+        script.write_text(
+            "#!/bin/sh\n# A Tiresias job: the coordinator plans, releases and preempts it.\n"
+            f"exec {shlex.quote(self.python)} -m coordinator.service.slurm_task batch "
+            f"{shlex.quote(str(jobdir))}\n"
+        )
+        args = [
+            f"--job-name={PREFIX}{gang.job_key}", f"--comment={gang.job_id}",
+            f"--nodes={shape[0]}", f"--nodelist={','.join(nodes)}",
+            f"--ntasks-per-node={shape[2]}", "--requeue", "--open-mode=append",
+            f"--output={jobdir}/slurm-%j.out", f"--chdir={jobdir}", "--export=ALL",
+        ]  # fmt: skip
+        if shape[1]:
+            args.append(f"--gres=gpu:{shape[1]}")
+        if gang.owner and gang.owner != _me():
+            args.append(f"--uid={gang.owner}")
+        return self.slurm.submit(script, args)
+
+    def _release(self, start: Start) -> None:
+        """Release a held job for its next start, once Slurm will accept its credentials."""
+        if start.released or time.time() < start.release_after:
+            return
+        start.released = True
+        try:
+            self.slurm.release(start.slurm_id, start.nodes)
+        except SlurmError as e:  # e.g. cancelled behind our back: the start is lost
+            log.error("job %s restart %d: %s", start.job_id, start.restart, e)
+            start.ended = True
+            self._queued += [
+                PartExited(start.job_id, start.restart, n, "killed") for n in start.nodes
+            ]
+
+    def _never_ran(self, start: Start, outcome: str) -> bool:
+        """Stop a start still waiting for its release: it stays held, ready for the next."""
+        if start.released:
+            return False
+        start.released = start.ended = start.reusable = True
+        start.restarts_after = start.slurm_restarts
+        self._queued += [PartExited(start.job_id, start.restart, n, outcome) for n in start.nodes]
+        return True
+
+    def _current(self, job_id: str, restart: int) -> Start | None:
+        start = self.starts.get(job_id)
+        if start is None or start.restart != restart or start.ended:
+            return None
+        return start
+
+    def signal(
+        self, job_id: str, restart: int, nodes: Sequence[str], signal: str, grace: float
+    ) -> None:
+        start = self._current(job_id, restart)
+        if start is None or start.stopping is not None or self._never_ran(start, "preempted"):
+            return
+        start.stopping, start.deadline = "preempt", time.monotonic() + grace
+        try:
+            self.slurm.signal(start.slurm_id, signal)
+        except SlurmError as e:  # not running yet: hold it; the next poll sees it ended
+            log.info("job %s: %s; requeueing it held", job_id, e)
+            start.deadline = time.monotonic()
+
+    def kill(self, job_id: str, restart: int, nodes: Sequence[str], grace: float = 0.0) -> None:
+        start = self._current(job_id, restart)
+        if start is None or self._never_ran(start, "killed"):
+            return
+        start.stopping = start.stopping or "kill"
+        start.deadline = min(start.deadline or float("inf"), time.monotonic() + grace)
+        if not grace:
+            self._expire(start)
+
+    def _expire(self, start: Start) -> None:
+        """Past the deadline: a preempted start is requeued held (its GPUs free, the job waits
+        for the coordinator), a killed one cancelled."""
+        start.deadline = None
+        try:
+            if start.stopping == "preempt":
+                self.slurm.requeue_hold(start.slurm_id)
+            else:
+                self.slurm.cancel(start.slurm_id)
+        except SlurmError as e:  # not started yet: it must not start now
+            log.info("job %s: %s; holding it", start.job_id, e)
+            with contextlib.suppress(SlurmError):
+                self.slurm.hold(start.slurm_id)
+
+    def nodes(self) -> dict[str, NodeInfo]:
+        return dict(self._inventory)
+
+    def fetch_logs(
+        self, req: int, job_id: str, job_key: str, node: str, offsets: Mapping[str, int], limit: int
+    ) -> bool:
+        directory = log_dir(self.spool / job_key, node)
+        paths = sorted(directory.glob("*.log")) if directory.is_dir() else []
+        files: dict[str, Any] = {}
+        for path in paths:
+            start = offsets.get(path.name, 0)
+            with contextlib.suppress(OSError), path.open("rb") as f:
+                size = f.seek(0, os.SEEK_END)
+                start = start if 0 <= start <= size else 0
+                f.seek(start)
+                data = f.read(max(0, limit // max(1, len(paths))))
+                files[path.name] = {"offset": start + len(data), "size": size,
+                                    "data": data.decode(errors="replace")}  # fmt: skip
+        self._queued.append(LogData(req, node, files))
+        return True
+
+    # --- facts ------------------------------------------------------------------------
+    def poll(self, mono: float) -> list[ExecutorEvent]:
+        events, self._queued = self._queued, []
+        for start in list(self.starts.values()):
+            self._release(start)
+            if start.deadline is not None and mono >= start.deadline and not start.ended:
+                self._expire(start)
+        if mono < self._next_poll:
+            return events
+        self._next_poll = mono + self.interval
+        try:
+            jobs = {str(j["job_id"]): j for j in self.slurm.jobs()}
+            nodes = self.slurm.nodes()
+        except (SlurmError, ValueError, KeyError) as e:
+            log.warning("cannot read Slurm's state: %s", e)
+            return events
+        if not self._found:
+            self._find_again(jobs)
+        events += self._node_events(nodes, jobs)
+        events += self._job_events(jobs)
+        return events
+
+    def _find_again(self, jobs: Mapping[str, dict[str, Any]]) -> None:
+        """After a restart: the latest start of every Tiresias job Slurm still knows."""
+        self._found = True
+        for slurm_id, job in sorted(jobs.items(), key=lambda item: int(item[0])):
+            key = str(job["name"])[len(PREFIX) :]
+            try:
+                gang = json.loads(launch_file(self.spool / key).read_text())
+            except (OSError, ValueError):
+                continue
+            self.starts[gang["job_id"]] = Start(
+                gang["job_id"], key, gang["restart"], slurm_id, tuple(sorted(gang["parts"])),
+                tuple(gang["shape"]), gang["slurm_restarts"],
+            )  # fmt: skip
+
+    def _running_on(self, node: str) -> dict[str, int]:
+        return {
+            s.job_id: s.restart for s in self.starts.values() if node in s.nodes and not s.ended
+        }
+
+    def _node_events(
+        self, nodes: list[dict[str, Any]], jobs: Mapping[str, dict[str, Any]]
+    ) -> list[ExecutorEvent]:
+        events: list[ExecutorEvent] = []
+        seen = set()
+        for n in nodes:
+            name, state = n["name"], str(n.get("state", "")).lower()
+            flags = " ".join(map(str, n.get("state_flags", []))).lower()
+            gpus = [{"index": i} for i in range(gpu_count(str(n.get("gres", ""))))]
+            usable = bool(gpus) and not any(u in f"{state} {flags}" for u in UNUSABLE)
+            seen.add(name)
+            self._inventory[name] = NodeInfo(name, n.get("address") or name, gpus, usable)
+            if usable and name not in self._usable:
+                self._usable.add(name)
+                events.append(NodeUp(name, n.get("address") or name, gpus, self._running_on(name)))
+            elif not usable and name in self._usable:
+                self._usable.discard(name)
+                events.append(NodeLost(name, f"Slurm says the node is {state} {flags}".strip()))
+        for name in self._usable - seen:
+            self._usable.discard(name)
+            self._inventory.pop(name, None)
+            events.append(NodeLost(name, "the node left the partition"))
+        return events
+
+    def _job_events(self, jobs: Mapping[str, dict[str, Any]]) -> list[ExecutorEvent]:
+        events: list[ExecutorEvent] = []
+        for start in self.starts.values():
+            if start.ended:
+                continue
+            job = jobs.get(start.slurm_id)
+            if job is not None and str(job["job_state"]) in ACTIVE:
+                continue
+            if job is not None and str(job["job_state"]) in WAITING:
+                held = job["job_state"] == "SPECIAL_EXIT" or "Held" in str(job["state_reason"])
+                restarts = int(job.get("restart_cnt", 0))
+                if restarts == start.slurm_restarts and not (held and start.stopping):
+                    continue  # not started yet
+                if not held:  # requeued by Slurm itself (a node failed): it waits for us
+                    with contextlib.suppress(SlurmError):
+                        self.slurm.hold(start.slurm_id)
+                start.reusable, start.restarts_after = True, restarts
+                start.release_after = time.time() + 1.1  # seen within a second of it
+            start.ended = True
+            state = str(job["job_state"]) if job else "gone"
+            done = exits(self.spool / start.job_key, start.restart)
+            for node in start.nodes:
+                procs = [_process(self.spool / start.job_key, e) for e in done.values()
+                         if e["node"] == node]  # fmt: skip
+                verdict = outcome(procs, start.stopping)
+                events.append(PartExited(start.job_id, start.restart, node, verdict, procs))
+            log.info("job %s restart %d (Slurm %s) ended: %s", start.job_id, start.restart,
+                     start.slurm_id, state)  # fmt: skip
+        return events
+
+
+def _process(jobdir: Path, exit: Mapping[str, Any]) -> dict[str, Any]:
+    """A process' exit as ``PartExited`` carries it; a failure with its log's tail."""
+    found = {k: exit[k] for k in ("role", "task_index", "code")}
+    if exit["code"] not in (0, EXIT_CHECKPOINTED):
+        path = log_dir(jobdir, exit["node"]) / f"{exit['role']}-{exit['task_index']}.log"
+        with contextlib.suppress(OSError), path.open("rb") as f:
+            f.seek(max(0, f.seek(0, os.SEEK_END) - LOG_TAIL_BYTES))
+            found["log_tail"] = f.read().decode(errors="replace")
+    return found
+
+
+def _me() -> str:
+    return pwd.getpwuid(os.geteuid()).pw_name
