@@ -81,7 +81,7 @@ JobCompLoc={root}/jobcomp.txt
 SelectType=select/cons_tres
 SelectTypeParameters=CR_Core
 SchedulerType=sched/backfill
-SchedulerParameters=sched_interval=1
+SchedulerParameters=batch_sched_delay=0,sched_interval=1
 PriorityType=priority/basic
 GresTypes=gpu
 ReturnToService=2

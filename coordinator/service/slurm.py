@@ -240,9 +240,10 @@ class SlurmExecutor:
         start = Start(
             gang.job_id, gang.job_key, gang.restart, slurm_id, nodes, shape, slurm_restarts
         )
+        start.released = False  # submitted held: every start is a release (scheduled at once)
         if reuse and old:
-            start.released, start.release_after = False, old.release_after
-            self._release(start)
+            start.release_after = old.release_after
+        self._release(start)
         self.starts[gang.job_id] = start
         log.info("job %s restart %d is Slurm job %s on %s", gang.job_id, gang.restart,
                  slurm_id, ",".join(nodes))  # fmt: skip
@@ -259,7 +260,7 @@ class SlurmExecutor:
         args = [
             f"--job-name={PREFIX}{gang.job_key}", f"--comment={gang.job_id}",
             f"--nodes={shape[0]}", f"--nodelist={','.join(nodes)}",
-            f"--ntasks-per-node={shape[2]}", "--requeue", "--open-mode=append",
+            f"--ntasks-per-node={shape[2]}", "--requeue", "--hold", "--open-mode=append",
             f"--output={jobdir}/slurm-%j.out", f"--chdir={jobdir}", "--export=ALL",
         ]  # fmt: skip
         if shape[1]:
