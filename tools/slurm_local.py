@@ -145,8 +145,9 @@ class LocalSlurm:
         (r / "gres.conf").write_text(
             "AutoDetect=off\n"
             + "".join(
-                f"NodeName={n} Name=gpu File={r}/dev/gpu[0-{g - 1}]\n" if g > 1 else
-                f"NodeName={n} Name=gpu File={r}/dev/gpu0\n"
+                f"NodeName={n} Name=gpu File={r}/dev/gpu[0-{g - 1}]\n"
+                if g > 1
+                else f"NodeName={n} Name=gpu File={r}/dev/gpu0\n"
                 for n, g in self.nodes.items()
             )
         )
@@ -155,8 +156,16 @@ class LocalSlurm:
         m = r / "munge"
         self._spawn(
             "munged",
-            ["munged", "-F", "-f", f"--socket={m}/socket", f"--key-file={key}",
-             f"--pid-file={m}/pid", f"--log-file={m}/log", f"--seed-file={m}/seed"],
+            [
+                "munged",
+                "-F",
+                "-f",
+                f"--socket={m}/socket",
+                f"--key-file={key}",
+                f"--pid-file={m}/pid",
+                f"--log-file={m}/log",
+                f"--seed-file={m}/seed",
+            ],
         )
         self._wait(lambda: (m / "socket").exists(), timeout, "munged's socket")
         self._spawn("slurmctld", ["slurmctld", "-D", "-i", "-f", str(self.conf)])
@@ -170,9 +179,12 @@ class LocalSlurm:
         self._procs[name] = subprocess.Popen(cmd, env=self.env, stdout=log, stderr=log)
 
     def _answers(self) -> bool:
-        return subprocess.run(
-            ["scontrol", "ping"], env=self.env, capture_output=True, timeout=30
-        ).returncode == 0
+        return (
+            subprocess.run(
+                ["scontrol", "ping"], env=self.env, capture_output=True, timeout=30
+            ).returncode
+            == 0
+        )
 
     def states(self) -> dict[str, str]:
         """Node → its state as ``sinfo`` says it (idle, mixed, allocated, down*, …)."""
@@ -198,8 +210,7 @@ class LocalSlurm:
 
     def jobs(self) -> list[str]:
         """Ids of the jobs Slurm still holds (pending, running, completing)."""
-        out = self.run("squeue", "-h", "-t", "PD,R,CG,S,SE,RQ,RH,RS,RF,CF", "-o", "%i",
-                       check=False)
+        out = self.run("squeue", "-h", "-t", "PD,R,CG,S,SE,RQ,RH,RS,RF,CF", "-o", "%i", check=False)
         return out.split()
 
     def cancel_all(self, timeout: float = 60.0) -> None:

@@ -429,7 +429,9 @@ class SlurmExecutor:
             if job is not None and str(job["job_state"]) in ACTIVE:
                 continue
             if job is not None and str(job["job_state"]) in WAITING:
-                held = job["job_state"] == "SPECIAL_EXIT" or "Held" in str(job["state_reason"])
+                held = (
+                    job["job_state"] == "SPECIAL_EXIT" or "held" in str(job["state_reason"]).lower()
+                )
                 restarts = int(job.get("restart_cnt", 0))
                 if restarts == start.slurm_restarts and not (held and start.stopping):
                     continue  # not started yet

@@ -3,7 +3,7 @@ gangs planned by the coordinator's planner, real signals, the fake job's exact c
 
 from __future__ import annotations
 
-import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -11,7 +11,7 @@ from helpers import FAKE_JOB, wait_until
 
 from coordinator.gang import GangRequest, free_local_port, plan
 from coordinator.service.executor import ExecutorEvent, Gang, NodeUp, PartExited, ProcessLaunch
-from coordinator.service.slurm import SlurmExecutor
+from coordinator.service.slurm import Slurm, SlurmExecutor
 from tools.slurm_local import LocalSlurm
 
 
@@ -36,8 +36,6 @@ class Driver:
         self.events: list[ExecutorEvent] = []
 
     def until(self, pred: Callable[[list[ExecutorEvent]], bool], what: str) -> None:
-        import time
-
         def look() -> bool:
             self.events += self.executor.poll(time.monotonic())
             return pred(self.events)
@@ -52,6 +50,12 @@ class Driver:
         }
 
 
+def job_state(slurm: LocalSlurm, slurm_id: str) -> tuple[str, str]:
+    show = slurm.run("scontrol", "-o", "show", "job", slurm_id)
+    fields = dict(f.split("=", 1) for f in show.split() if "=" in f)
+    return fields["JobState"], fields["Reason"]
+
+
 def log_of(spool: Path, job_key: str, node: str, name: str = "chief-0") -> str:
     path = spool / job_key / "logs" / node / f"{name}.log"
     return path.read_text() if path.exists() else ""
@@ -59,8 +63,7 @@ def log_of(spool: Path, job_key: str, node: str, name: str = "chief-0") -> str:
 
 def test_two_node_gang_preempted_and_resumed_exactly(slurm: LocalSlurm, shared: Path) -> None:
     spool = shared / "spool"
-    ex = SlurmExecutor(spool, "", slurm=None, interval=0.2)
-    ex.slurm.env = slurm.env
+    ex = SlurmExecutor(spool, "", interval=0.2, slurm=Slurm("tiresias", slurm.env))
     d = Driver(ex)
     d.until(lambda ev: {e.node for e in ev if isinstance(e, NodeUp)} == {"n1", "n2"}, "nodes")
     argv = [str(FAKE_JOB), "--steps", "6", "--step-time", "0.05", "--hold-at", "3"]
@@ -69,8 +72,8 @@ def test_two_node_gang_preempted_and_resumed_exactly(slurm: LocalSlurm, shared: 
     ex.signal("j1", 0, ["n1", "n2"], "SIGTERM", 30.0)
     d.until(lambda ev: len(d.exits("j1", 0)) == 2, "both parts to exit")
     assert {e.outcome for e in d.exits("j1", 0).values()} == {"checkpointed"}
-    show = slurm.run("scontrol", "show", "job", ex.starts["j1"].slurm_id)
-    assert "JobState=SPECIAL_EXIT" in show and "Restarts=1" in show
+    assert job_state(slurm, ex.starts["j1"].slurm_id) == ("SPECIAL_EXIT", "JobHeldUser")
+    assert "Restarts=1" in slurm.run("scontrol", "show", "job", ex.starts["j1"].slurm_id)
     assert slurm.states() == {"n1": "idle", "n2": "idle"}  # its GPUs are free
     first = ex.starts["j1"].slurm_id
 
@@ -83,3 +86,44 @@ def test_two_node_gang_preempted_and_resumed_exactly(slurm: LocalSlurm, shared: 
     assert "done after 6 steps" in chief
     runs = [line for line in slurm.run("sacct", "-c", "-n", "-j", first, "-o", "state").split()]
     assert runs == ["FAILED", "COMPLETED"]  # the requeued run (exit 75), then the resumed one
+
+
+def test_victim_ignoring_the_signal_is_requeued_held_at_the_deadline(
+    slurm: LocalSlurm, shared: Path
+) -> None:
+    spool = shared / "spool"
+    ex = SlurmExecutor(spool, "", interval=0.2, slurm=Slurm("tiresias", slurm.env))
+    d = Driver(ex)
+    d.until(lambda ev: {e.node for e in ev if isinstance(e, NodeUp)} == {"n1", "n2"}, "nodes")
+    argv = [str(FAKE_JOB), "--steps", "6", "--hold-at", "2", "--ignore-signal"]
+    ex.launch(gang("j2", 0, {"n2": [0, 1]}, argv, spool))
+    wait_until(lambda: "holding at step 2" in log_of(spool, "j2-test", "n2"), what="the hold")
+    signalled = time.monotonic()
+    ex.signal("j2", 0, ["n2"], "SIGTERM", 3.0)
+    d.until(lambda ev: bool(d.exits("j2", 0)), "the part to end")
+    assert time.monotonic() - signalled >= 3.0  # not before the deadline
+    assert d.exits("j2", 0)["n2"].outcome == "preempted"  # stopped without a checkpoint
+    assert "got SIGTERM" in log_of(spool, "j2-test", "n2")
+    assert job_state(slurm, ex.starts["j2"].slurm_id) == ("PENDING", "job_requeued_in_held_state")
+    assert slurm.states()["n2"] == "idle"  # its GPUs are free
+
+
+def test_a_restarted_executor_finds_its_running_job(slurm: LocalSlurm, shared: Path) -> None:
+    """After a coordinator restart: the start still running is reported on its nodes (not
+    started again), and its end is reported as it happens."""
+    spool = shared / "spool"
+    argv = [str(FAKE_JOB), "--steps", "4", "--hold-at", "1"]
+    first = SlurmExecutor(spool, "", interval=0.2, slurm=Slurm("tiresias", slurm.env))
+    Driver(first).until(lambda ev: len(ev) >= 2, "nodes")
+    first.launch(gang("j3", 0, {"n1": [1]}, argv, spool))
+    wait_until(lambda: "holding at step 1" in log_of(spool, "j3-test", "n1"), what="the hold")
+
+    again = SlurmExecutor(spool, "", interval=0.2, slurm=Slurm("tiresias", slurm.env))
+    d = Driver(again)
+    d.until(lambda ev: {e.node for e in ev if isinstance(e, NodeUp)} == {"n1", "n2"}, "nodes")
+    running = {e.node: dict(e.running) for e in d.events if isinstance(e, NodeUp)}
+    assert running == {"n1": {"j3": 0}, "n2": {}}
+    again.signal("j3", 0, ["n1"], "SIGTERM", 30.0)
+    d.until(lambda ev: bool(d.exits("j3", 0)), "the part to end")
+    assert d.exits("j3", 0)["n1"].outcome == "checkpointed"
+    assert log_of(spool, "j3-test", "n1").count("=== j3 restart 0") == 1  # started once
