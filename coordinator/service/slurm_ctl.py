@@ -1,0 +1,119 @@
+"""Slurm's side of the Slurm executor: the commands it runs and how Slurm's answers read."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shlex
+import subprocess
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from coordinator.service.slurm_task import log_dir
+from tiresias_launch.contract import EXIT_CHECKPOINTED
+
+#: Slurm job names of Tiresias jobs: the prefix, then the job key.
+PREFIX = "tiresias:"
+#: Bytes of a failed process' log that its exit carries.
+LOG_TAIL_BYTES = 2048
+#: Job states in which a start's processes may still be alive (their GPUs are busy).
+ACTIVE = frozenset(
+    {"RUNNING", "CONFIGURING", "COMPLETING", "SUSPENDED", "SIGNALING", "STAGE_OUT",
+     "REQUEUE_FED", "REQUEUE_HOLD", "REQUEUED", "RESIZING", "STOPPED"}
+)  # fmt: skip
+WAITING = frozenset({"PENDING", "SPECIAL_EXIT"})
+#: Node states (sinfo's, lower case, without flags) in which a node takes no jobs.
+UNUSABLE = ("down", "drain", "fail", "maint", "unknown", "future", "power", "not_responding")
+
+
+class SlurmError(RuntimeError):
+    """A Slurm command failed; the message has its standard error."""
+
+
+class Slurm:
+    """The Slurm commands the executor uses, against one partition."""
+
+    def __init__(self, partition: str, env: Mapping[str, str] | None = None) -> None:
+        self.partition = partition
+        self.env = dict(os.environ if env is None else env)
+
+    def run(self, *cmd: str) -> str:
+        try:
+            done = subprocess.run(cmd, env=self.env, capture_output=True, text=True, timeout=30)
+        except (OSError, subprocess.TimeoutExpired) as e:
+            raise SlurmError(f"{cmd[0]}: {e}") from None
+        if done.returncode != 0:
+            raise SlurmError(f"{shlex.join(cmd)}: {done.stderr.strip() or done.returncode}")
+        return done.stdout
+
+    def jobs(self) -> list[dict[str, Any]]:
+        """Tiresias' jobs in the partition, finished ones too (``MinJobAge`` keeps them)."""
+        out = json.loads(self.run("squeue", "--json", "-t", "all", "-p", self.partition))
+        return [j for j in out["jobs"] if str(j.get("name", "")).startswith(PREFIX)]
+
+    def nodes(self) -> list[dict[str, Any]]:
+        out = json.loads(self.run("sinfo", "--json", "-p", self.partition))
+        return [n for n in out["nodes"] if self.partition in n.get("partitions", [])]
+
+    def submit(self, script: Path, args: Sequence[str]) -> str:
+        return self.run("sbatch", "--parsable", f"--partition={self.partition}", *args,
+                        str(script)).strip().split(";")[0]  # fmt: skip
+
+    def release(self, slurm_id: str, nodes: Sequence[str]) -> None:
+        # a requeued job may not start before its begin time (Slurm waits out old
+        # credentials): the coordinator decided it starts now
+        self.run("scontrol", "update", f"jobid={slurm_id}", f"NodeList={','.join(nodes)}",
+                 "StartTime=now")  # fmt: skip
+        self.run("scontrol", "release", slurm_id)
+
+    def signal(self, slurm_id: str, sig: str) -> None:
+        self.run("scancel", f"--signal={sig.removeprefix('SIG')}", slurm_id)
+
+    def requeue_hold(self, slurm_id: str) -> None:
+        self.run("scontrol", "requeuehold", slurm_id)
+
+    def hold(self, slurm_id: str) -> None:
+        self.run("scontrol", "hold", slurm_id)
+
+    def cancel(self, slurm_id: str) -> None:
+        self.run("scancel", slurm_id)
+
+
+def gpu_count(gres: str) -> int:
+    """GPUs in a sinfo GRES string: ``gpu:2``, ``gpu:a100:4(S:0-1)``, ``gpu:2,nic:1``."""
+    total = 0
+    for item in gres.split(","):
+        parts = item.split("(")[0].split(":")
+        if parts[0] == "gpu" and parts[-1].isdigit():
+            total += int(parts[-1])
+    return total
+
+
+def outcome(procs: Sequence[Mapping[str, Any]], stopping: str | None) -> str:
+    """A node's part outcome from its processes' codes (None: killed, no code), as the agent
+    judges it: failure first; a completed chief; under preemption, checkpointed only when the
+    chief exited 75; a checkpoint nobody asked for; else killed."""
+    codes = [p["code"] for p in procs]
+    if any(c not in (0, EXIT_CHECKPOINTED, None) and c >= 0 for c in codes):
+        return "failed"
+    chief = [p["code"] for p in procs if p["role"] == "chief"]
+    if chief == [0] or (codes and all(c == 0 for c in codes)):
+        return "completed"
+    if stopping == "preempt":
+        return "checkpointed" if (chief or codes)[:1] == [EXIT_CHECKPOINTED] else "preempted"
+    if EXIT_CHECKPOINTED in codes:
+        return "checkpointed"
+    return "killed"
+
+
+def process_exit(jobdir: Path, exit: Mapping[str, Any]) -> dict[str, Any]:
+    """A process' exit as ``PartExited`` carries it; a failure with its log's tail."""
+    found = {k: exit[k] for k in ("role", "task_index", "code")}
+    if exit["code"] not in (0, EXIT_CHECKPOINTED):
+        path = log_dir(jobdir, exit["node"]) / f"{exit['role']}-{exit['task_index']}.log"
+        with contextlib.suppress(OSError), path.open("rb") as f:
+            f.seek(max(0, f.seek(0, os.SEEK_END) - LOG_TAIL_BYTES))
+            found["log_tail"] = f.read().decode(errors="replace")
+    return found
