@@ -46,13 +46,18 @@ def _free_port() -> int:
 
 
 def slurm_conf(
-    root: Path, nodes: dict[str, int], ports: dict[str, int], partition: str = "tiresias"
+    root: Path, nodes: dict[str, int], ports: dict[str, int], partitions: dict[str, list[str]]
 ) -> str:
     """slurm.conf for a Tiresias-managed partition (docs/slurm.md explains each setting)."""
     node_lines = "\n".join(
         f"NodeName={n} NodeHostname=localhost NodeAddr=127.0.0.1 Port={ports[n]} CPUs=16 "
         f"RealMemory=4000 Gres=gpu:{g} State=UNKNOWN"
         for n, g in nodes.items()
+    )
+    parts = "\n".join(
+        f"PartitionName={name} Nodes={','.join(members)} MaxTime=INFINITE State=UP"
+        + (" Default=YES" if i == 0 else "")
+        for i, (name, members) in enumerate(partitions.items())
     )
     return f"""\
 ClusterName=tiresias{os.getpid()}
@@ -93,17 +98,23 @@ RequeueExitHold={EXIT_CHECKPOINTED}
 MinJobAge=86400
 KillWait=5
 {node_lines}
-PartitionName={partition} Nodes={",".join(nodes)} Default=YES MaxTime=INFINITE State=UP
+{parts}
 """
 
 
 class LocalSlurm:
-    """``with LocalSlurm(dir, {"n1": 2, "n2": 2}) as slurm:`` — every node idle inside."""
+    """``with LocalSlurm(dir, {"n1": 2, "n2": 2}) as slurm:`` — every node idle inside.
+    ``partitions``: name → its nodes (default: ``tiresias`` with every node)."""
 
-    def __init__(self, root: Path, nodes: dict[str, int], partition: str = "tiresias") -> None:
+    def __init__(
+        self,
+        root: Path,
+        nodes: dict[str, int],
+        partitions: dict[str, list[str]] | None = None,
+    ) -> None:
         self.root = root.resolve()
         self.nodes = nodes
-        self.partition = partition
+        self.partitions = partitions or {"tiresias": list(nodes)}
         self.conf = self.root / "slurm.conf"
         self.env = {**os.environ, "SLURM_CONF": str(self.conf)}
         self._procs: dict[str, subprocess.Popen[bytes]] = {}
@@ -152,7 +163,7 @@ class LocalSlurm:
             )
         )
         ports = {name: _free_port() for name in ("ctld", "slurmd", *self.nodes)}
-        self.conf.write_text(slurm_conf(r, self.nodes, ports, self.partition))
+        self.conf.write_text(slurm_conf(r, self.nodes, ports, self.partitions))
         m = r / "munge"
         self._spawn(
             "munged",
@@ -217,8 +228,9 @@ class LocalSlurm:
         """Cancel every job and wait until Slurm has finished them all, nodes idle again."""
         if "slurmctld" not in self._procs:
             return
-        self.run("scancel", "--full", "-p", self.partition, check=False)
-        self.run("scancel", "-p", self.partition, "--state=PENDING", check=False)
+        for partition in self.partitions:
+            self.run("scancel", "--full", "-p", partition, check=False)
+            self.run("scancel", "-p", partition, "--state=PENDING", check=False)
         self._wait(lambda: not self.jobs() and self._all_idle(), timeout, "all jobs gone")
 
     def stop(self) -> None:

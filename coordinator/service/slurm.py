@@ -27,7 +27,7 @@ import pwd
 import shlex
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -105,6 +105,7 @@ class SlurmExecutor:
         self._next_poll = 0.0
         self._found = False  # jobs found again after a restart
         self._queued: list[ExecutorEvent] = []
+        self._expected: set[str] = set()
 
     # --- commands ---------------------------------------------------------------------
     def launch(self, gang: Gang) -> None:
@@ -272,6 +273,10 @@ class SlurmExecutor:
         self._queued.append(LogData(req, node, files))
         return True
 
+    def expect(self, nodes: Iterable[str], mono: float) -> None:
+        """Nodes the journal knows: Slurm's first answer reports each (NodeUp or NodeLost)."""
+        self._expected |= set(nodes)
+
     # --- facts ------------------------------------------------------------------------
     def poll(self, mono: float) -> list[ExecutorEvent]:
         events, self._queued = self._queued, []
@@ -331,6 +336,9 @@ class SlurmExecutor:
             elif not usable and name in self._usable:
                 self._usable.discard(name)
                 events.append(NodeLost(name, f"Slurm says the node is {state} {flags}".strip()))
+        for name in sorted(self._expected - self._usable):  # gone while we were down
+            events.append(NodeLost(name, "Slurm does not have the node in the partition now"))
+        self._expected.clear()
         for name in self._usable - seen:
             self._usable.discard(name)
             self._inventory.pop(name, None)

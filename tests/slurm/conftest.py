@@ -12,6 +12,8 @@ import pytest
 from tools.slurm_local import LocalSlurm, missing
 
 NODES = {"n1": 2, "n2": 2}
+#: "one": a single 2-GPU node, where a job must be preempted to make room for another.
+PARTITIONS = {"tiresias": ["n1", "n2"], "one": ["n1"]}
 
 
 @pytest.fixture(scope="session")
@@ -19,7 +21,7 @@ def slurm_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalSlu
     why = missing()
     if why:
         pytest.skip(why)
-    with LocalSlurm(tmp_path_factory.mktemp("slurm"), NODES) as cluster:
+    with LocalSlurm(tmp_path_factory.mktemp("slurm"), NODES, PARTITIONS) as cluster:
         yield cluster
 
 

@@ -11,19 +11,25 @@ from helpers import FAKE_JOB, wait_until
 
 from coordinator.gang import GangRequest, free_local_port, plan
 from coordinator.service.executor import ExecutorEvent, Gang, NodeUp, PartExited, ProcessLaunch
-from coordinator.service.slurm import Slurm, SlurmExecutor
+from coordinator.service.slurm import SlurmExecutor
+from coordinator.service.slurm_ctl import Slurm
 from tools.slurm_local import LocalSlurm
 
 
 def gang(
-    job_id: str, restart: int, allocation: dict[str, list[int]], argv: list[str], spool: Path
+    job_id: str,
+    restart: int,
+    allocation: dict[str, list[int]],
+    argv: list[str],
+    spool: Path,
+    env: dict[str, str] | None = None,
 ) -> Gang:
     request = GangRequest(tuple(argv), sum(map(len, allocation.values())))
     specs = plan(request, job_id, allocation, None, spool / "ckpt", restart, free_local_port,
-                 job_key=f"{job_id}-test")  # fmt: skip
+                 hosts=dict.fromkeys(allocation, "127.0.0.1"), job_key=f"{job_id}-test")  # fmt: skip
     parts: dict[str, list[ProcessLaunch]] = {}
     for s in specs:
-        launch = ProcessLaunch(s.role, s.task_index, s.argv, dict(s.env), s.gpus)
+        launch = ProcessLaunch(s.role, s.task_index, s.argv, {**s.env, **(env or {})}, s.gpus)
         parts.setdefault(s.node, []).append(launch)
     return Gang(job_id, f"{job_id}-test", restart, "", 30.0, parts)
 
@@ -35,12 +41,14 @@ class Driver:
         self.executor = executor
         self.events: list[ExecutorEvent] = []
 
-    def until(self, pred: Callable[[list[ExecutorEvent]], bool], what: str) -> None:
+    def until(
+        self, pred: Callable[[list[ExecutorEvent]], bool], what: str, timeout: float = 60
+    ) -> None:
         def look() -> bool:
             self.events += self.executor.poll(time.monotonic())
             return pred(self.events)
 
-        wait_until(look, 60, what)
+        wait_until(look, timeout, what)
 
     def exits(self, job_id: str, restart: int) -> dict[str, PartExited]:
         return {
@@ -48,6 +56,10 @@ class Driver:
             for e in self.events
             if isinstance(e, PartExited) and (e.job_id, e.restart) == (job_id, restart)
         }
+
+
+def nodes_up(d: Driver, *names: str) -> None:
+    d.until(lambda ev: {e.node for e in ev if isinstance(e, NodeUp)} == set(names), "nodes")
 
 
 def job_state(slurm: LocalSlurm, slurm_id: str) -> tuple[str, str]:
@@ -65,7 +77,7 @@ def test_two_node_gang_preempted_and_resumed_exactly(slurm: LocalSlurm, shared: 
     spool = shared / "spool"
     ex = SlurmExecutor(spool, "", interval=0.2, slurm=Slurm("tiresias", slurm.env))
     d = Driver(ex)
-    d.until(lambda ev: {e.node for e in ev if isinstance(e, NodeUp)} == {"n1", "n2"}, "nodes")
+    nodes_up(d, "n1", "n2")
     argv = [str(FAKE_JOB), "--steps", "6", "--step-time", "0.05", "--hold-at", "3"]
     ex.launch(gang("j1", 0, {"n1": [0], "n2": [0]}, argv, spool))
     wait_until(lambda: "holding at step 3" in log_of(spool, "j1-test", "n1"), what="the hold")
@@ -94,7 +106,7 @@ def test_victim_ignoring_the_signal_is_requeued_held_at_the_deadline(
     spool = shared / "spool"
     ex = SlurmExecutor(spool, "", interval=0.2, slurm=Slurm("tiresias", slurm.env))
     d = Driver(ex)
-    d.until(lambda ev: {e.node for e in ev if isinstance(e, NodeUp)} == {"n1", "n2"}, "nodes")
+    nodes_up(d, "n1", "n2")
     argv = [str(FAKE_JOB), "--steps", "6", "--hold-at", "2", "--ignore-signal"]
     ex.launch(gang("j2", 0, {"n2": [0, 1]}, argv, spool))
     wait_until(lambda: "holding at step 2" in log_of(spool, "j2-test", "n2"), what="the hold")
@@ -120,7 +132,7 @@ def test_a_restarted_executor_finds_its_running_job(slurm: LocalSlurm, shared: P
 
     again = SlurmExecutor(spool, "", interval=0.2, slurm=Slurm("tiresias", slurm.env))
     d = Driver(again)
-    d.until(lambda ev: {e.node for e in ev if isinstance(e, NodeUp)} == {"n1", "n2"}, "nodes")
+    nodes_up(d, "n1", "n2")
     running = {e.node: dict(e.running) for e in d.events if isinstance(e, NodeUp)}
     assert running == {"n1": {"j3": 0}, "n2": {}}
     again.signal("j3", 0, ["n1"], "SIGTERM", 30.0)
