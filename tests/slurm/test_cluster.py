@@ -22,7 +22,9 @@ def test_gang_across_both_nodes(slurm: LocalSlurm) -> None:
 
 
 def test_exit_75_is_requeued_held(slurm: LocalSlurm) -> None:
-    job = slurm.run("sbatch", "--parsable", "--requeue", "-N1", "--wrap", "exit 75").strip()
+    job = slurm.run(
+        "sbatch", "--parsable", "--requeue", "-N1", "--output=/dev/null", "--wrap", "exit 75"
+    ).strip()
     wait_until(
         lambda: "JobState=SPECIAL_EXIT" in slurm.run("scontrol", "show", "job", job),
         what="the job requeued held",

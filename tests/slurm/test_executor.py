@@ -25,8 +25,9 @@ def gang(
     env: dict[str, str] | None = None,
 ) -> Gang:
     request = GangRequest(tuple(argv), sum(map(len, allocation.values())))
+    hosts = dict.fromkeys(allocation, "127.0.0.1")
     specs = plan(request, job_id, allocation, None, spool / "ckpt", restart, free_local_port,
-                 hosts=dict.fromkeys(allocation, "127.0.0.1"), job_key=f"{job_id}-test")  # fmt: skip
+                 hosts=hosts, job_key=f"{job_id}-test")  # fmt: skip
     parts: dict[str, list[ProcessLaunch]] = {}
     for s in specs:
         launch = ProcessLaunch(s.role, s.task_index, s.argv, {**s.env, **(env or {})}, s.gpus)
