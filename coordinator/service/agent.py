@@ -9,17 +9,14 @@ reports are kept until the coordinator acknowledges them, so a coordinator resta
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import itertools
 import logging
 import os
-import pwd
 import signal
 import socket
 import subprocess
 import threading
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -27,216 +24,29 @@ import msgpack
 import zmq
 
 from coordinator import protocol
-from coordinator.protocol import PartOutcome
 from coordinator.service.client import ADDRESS_ENV as COORDINATOR_ENV
 from coordinator.service.client import dealer
-from coordinator.service.identity import user_name
 from coordinator.service.keys import ClientKeys
+from coordinator.service.parts import (
+    EXIT_NOT_STARTED,
+    PREEMPTION_DEATHS,
+    Part,
+    Proc,
+    RunAs,
+    die_with_agent,
+    private_file,
+    run_as,
+)
 from coordinator.service.profiler import MEASURE_SECONDS, Tapped
 from tiresias_launch.contract import CHECKPOINT_DIR, EXIT_CHECKPOINTED, SERVER_KEY
 
 log = logging.getLogger("tiresias.agent")
 
-LOG_TAIL_BYTES = 2048
 #: Seconds the rest of a job gets to exit after one of its processes failed or the chief ended.
 STOP_GRACE = 5.0
 #: Seconds the rest of a job gets to finish on its own once its chief completed (peers of an
 #: all-reduce job end at the same step; parameter servers never do and are killed after).
 SETTLE = 2.0
-PR_SET_PDEATHSIG = 1
-#: Most virtual GPUs one node may declare.
-MAX_VIRTUAL_GPUS = 1024
-
-
-def discover_gpus(requested: str, dev: Path = Path("/dev")) -> list[dict[str, Any]]:
-    """GPUs of this machine: NVML's (``auto``), else ``N`` virtual ones. ``auto`` on a
-    machine without NVIDIA devices declares one virtual GPU, so a laptop can run an agent."""
-    if requested != "auto":
-        try:
-            count = int(requested)
-        except ValueError:
-            raise ValueError(f"--gpus {requested!r}: expected a number or 'auto'") from None
-        if not 1 <= count <= MAX_VIRTUAL_GPUS:
-            raise ValueError(f"--gpus {count}: a node has 1 to {MAX_VIRTUAL_GPUS} GPUs")
-        return [{"index": i, "uuid": f"virtual-{i}", "memory": None} for i in range(count)]
-    nvml = nvml_gpus(dev)
-    if nvml is None:
-        log.warning("no NVIDIA GPU on this machine; declaring 1 virtual GPU (use --gpus N)")
-        return discover_gpus("1")
-    return nvml
-
-
-def nvidia_devices(dev: Path = Path("/dev")) -> list[Path]:
-    """The NVIDIA GPU device nodes (``/dev/nvidia0``, …): present whenever a driver is."""
-    return sorted(p for p in dev.glob("nvidia*") if p.name.removeprefix("nvidia").isdigit())
-
-
-def nvml_gpus(dev: Path = Path("/dev")) -> list[dict[str, Any]] | None:
-    """The machine's GPUs from NVML; None on a machine without NVIDIA GPUs. A machine with
-    NVIDIA device nodes but no working NVML is an error: counting its GPUs wrong would
-    silently over- or under-commit them."""
-    try:
-        import pynvml
-
-        pynvml.nvmlInit()
-    except Exception as e:
-        devices = nvidia_devices(dev)
-        if devices:
-            raise ValueError(
-                f"this machine has NVIDIA GPUs ({', '.join(map(str, devices))}) but NVML "
-                f"cannot be loaded ({e}); install the driver's libnvidia-ml, or pass --gpus N"
-            ) from None
-        return None
-    try:
-        gpus = []
-        for i in range(pynvml.nvmlDeviceGetCount()):
-            h = pynvml.nvmlDeviceGetHandleByIndex(i)
-            uuid = pynvml.nvmlDeviceGetUUID(h)
-            gpus.append(
-                {
-                    "index": i,
-                    "uuid": uuid.decode() if isinstance(uuid, bytes) else uuid,
-                    "memory": int(pynvml.nvmlDeviceGetMemoryInfo(h).total),
-                }
-            )
-        return gpus or None
-    finally:
-        pynvml.nvmlShutdown()
-
-
-_prctl = ctypes.CDLL(None, use_errno=True).prctl  # resolved before any fork
-
-
-def _die_with_agent() -> None:
-    """Child side of fork (no locks, no imports): own session, and SIGKILL when the agent
-    dies, since a restarted agent cannot adopt it and the coordinator resumes it elsewhere."""
-    os.setsid()
-    _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-
-
-@dataclass(frozen=True)
-class RunAs:
-    """The OS user a job's processes become (``Popen`` sets groups, gid, then uid)."""
-
-    name: str
-    uid: int
-    gid: int
-    groups: list[int]
-    home: str
-
-
-def run_as(owner: str) -> RunAs | None:
-    """Credentials for ``owner``'s processes; None when that is the agent's own user.
-    Raises ValueError when this agent cannot run them as their owner."""
-    me = os.geteuid()
-    if owner == user_name(me):
-        return None
-    try:
-        pw = pwd.getpwnam(owner)
-    except KeyError:
-        raise ValueError(f"user {owner!r} does not exist on this node") from None
-    if pw.pw_uid == me:
-        return None
-    if me != 0:
-        raise ValueError(
-            f"this agent runs as {user_name(me)!r} and cannot run jobs of {owner!r} as their "
-            f"owner (run the agent as root)"
-        )
-    return RunAs(owner, pw.pw_uid, pw.pw_gid, os.getgrouplist(owner, pw.pw_gid), pw.pw_dir)
-
-
-def _private_file(path: Path) -> int:
-    """An append-only descriptor of ``path``, created 0600 (logs hold what jobs print)."""
-    return os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-
-
-def log_tail(path: Path, limit: int = LOG_TAIL_BYTES) -> str:
-    try:
-        with path.open("rb") as f:
-            f.seek(max(0, f.seek(0, os.SEEK_END) - limit))
-            return f.read().decode(errors="replace")
-    except OSError:
-        return ""
-
-
-#: Exit code reported for a process that could not be started (as a shell does).
-EXIT_NOT_STARTED = 127
-
-
-#: Exit statuses of a process the preemption signal killed with its default action (a script
-#: with nothing checkpointable): preempted without a checkpoint, not failed.
-PREEMPTION_DEATHS = frozenset(-s for s in (signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2))
-
-
-@dataclass
-class Proc:
-    """One process of a part; ``popen`` is None when it could not be started, and then
-    ``note`` says why."""
-
-    role: str
-    task_index: int
-    popen: subprocess.Popen[bytes] | None
-    log_path: Path
-    code: int | None = None
-    note: str = ""
-
-    @property
-    def name(self) -> str:
-        return f"{self.role}-{self.task_index}"
-
-    def signal(self, sig: signal.Signals) -> None:
-        if self.popen is not None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.popen.pid, sig)
-
-    def tail(self) -> str:
-        return self.note or log_tail(self.log_path)
-
-
-@dataclass
-class Part:
-    """This node's processes of one (re)start of a job."""
-
-    job_id: str
-    restart: int
-    procs: list[Proc]
-    #: Why we are stopping it, once we are: "preempt", "kill" or "stop" (peer failed/ended).
-    stopping: str | None = None
-    deadline: float | None = None
-    failed: bool = False
-    chief_done: bool = False
-    unprompted_checkpoint: bool = False
-    unprompted_preemption: bool = False  # a process died of a preemption signal we never sent
-    reported: dict[str, Any] | None = None
-    tapped: Tapped | None = None  # a PS job run under ibverbs-tap: its traffic is measured
-
-    @property
-    def alive(self) -> list[Proc]:
-        return [p for p in self.procs if p.code is None]
-
-    def outcome(self) -> PartOutcome:
-        """Part outcome: failed beats everything; then a chief that finished before any
-        preemption signal; then checkpoints. A part stopped by the preemption signal is
-        ``checkpointed`` only when its chief exited 75; any other end (killed by the signal
-        or at the deadline, or exit 0 from a framework that caught the signal and returned
-        normally) is ``preempted``: stopped without a checkpoint, to be restarted."""
-        if self.failed:
-            return PartOutcome.FAILED
-        codes = [p.code for p in self.procs]
-        if self.chief_done:
-            return PartOutcome.COMPLETED
-        if self.stopping == "preempt":
-            chief = [p.code for p in self.procs if p.role == "chief"] or codes
-            return (
-                PartOutcome.CHECKPOINTED if chief[0] == EXIT_CHECKPOINTED else PartOutcome.PREEMPTED
-            )
-        if all(c == 0 for c in codes):
-            return PartOutcome.COMPLETED
-        if self.unprompted_checkpoint:
-            return PartOutcome.CHECKPOINTED
-        if self.unprompted_preemption:
-            return PartOutcome.PREEMPTED
-        return PartOutcome.KILLED
 
 
 class Agent:
@@ -517,7 +327,7 @@ class Agent:
             env[SERVER_KEY] = self.keys.server_public.decode()
         try:
             logdir.mkdir(mode=0o700, parents=True, exist_ok=True)
-            with open(_private_file(path), "ab") as out:
+            with open(private_file(path), "ab") as out:
                 out.write(f"=== {job_id} restart {restart} on {self.name} ===\n".encode())
                 out.flush()
                 user = run_as(owner)
@@ -531,7 +341,7 @@ class Agent:
                     stdout=out,
                     stderr=subprocess.STDOUT,
                     stdin=subprocess.DEVNULL,
-                    preexec_fn=_die_with_agent,  # runs after the uid change (PDEATHSIG)
+                    preexec_fn=die_with_agent,  # runs after the uid change (PDEATHSIG)
                     user=None if user is None else user.uid,
                     group=None if user is None else user.gid,
                     extra_groups=None if user is None else user.groups,
@@ -539,7 +349,7 @@ class Agent:
         except (OSError, ValueError, subprocess.SubprocessError) as e:
             note = f"tiresias-agent: cannot start {spec['argv'][:1]} on {self.name}: {e}"
             log.error("job %s: %s", job_id, note)
-            with contextlib.suppress(OSError), open(_private_file(path), "ab") as out:
+            with contextlib.suppress(OSError), open(private_file(path), "ab") as out:
                 out.write(f"{note}\n".encode())
             return Proc(spec["role"], spec["task_index"], None, path, note=note)
         return Proc(spec["role"], spec["task_index"], popen, path)

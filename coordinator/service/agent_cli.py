@@ -15,8 +15,9 @@ import click
 
 from coordinator.argtypes import POSITIVE_SECONDS
 from coordinator.clikit import Command, option, run, usage_error
-from coordinator.service.agent import Agent, discover_gpus
+from coordinator.service.agent import Agent
 from coordinator.service.client import ADDRESS_ENV, DEFAULT_ADDRESS, client_keys
+from coordinator.service.gpus import discover_gpus
 from coordinator.service.keys import KEYS_ENV
 
 DESCRIPTION = (
