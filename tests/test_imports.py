@@ -93,7 +93,7 @@ def test_the_walk_sees_the_arrows_it_must() -> None:
     package import module``)."""
     edges = graph()
     assert "tiresias_launch.contract" in edges["coordinator.protocol"]
-    assert "coordinator.gang" in edges["coordinator.service.coordinator"]
+    assert "coordinator.gang" in edges["coordinator.service.runs"]
     assert "tiresias_launch.keras_data" in edges["tiresias_launch.keras"]  # lazy, in a function
     assert "coordinator.core.model" in edges["coordinator.core.scheduler"]
     assert cycles({"a": {"b": 1}, "b": {"c": 1}, "c": {"a": 1}, "d": {"a": 1}}) == [["a", "b", "c"]]

@@ -3,9 +3,17 @@ message being handled is ``c.peer``."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from coordinator import protocol
+from coordinator.service import identity
+from coordinator.service.identity import Peer
 from coordinator.service.records import JobRecord
 from coordinator.service.server import Server
+
+#: Who may send what (docs/security.md); ``report`` is checked per job (owner or job token).
+CLIENT_REQUESTS = frozenset({"submit", "status", "queue", "nodes", "cancel", "logs", "advance"})
+AGENT_MESSAGES = frozenset({"register", "heartbeat", "exited", "log_data"})
 
 
 def known(c: Server, t: str, job_id: str) -> JobRecord:
@@ -30,3 +38,14 @@ def owned(c: Server, t: str, job_id: str, what: str) -> JobRecord:
             f"admin may {what}"
         )
     return rec
+
+
+def authorize(peer: Peer, t: str, msg: dict[str, Any]) -> str | None:
+    """Why the sender may not send this message, or None when it may."""
+    if t in CLIENT_REQUESTS and peer.user is None:
+        return f"{t}: {peer.describe()} may not make requests (docs/security.md)"
+    if t == "advance" and not peer.admin:
+        return f"advance: only an admin may move the clock, not {peer.describe()}"
+    if t in AGENT_MESSAGES and peer.node not in (identity.ANY_NODE, msg["node"]):
+        return f"{t}: {peer.describe()} may not speak for node {msg['node']!r}"
+    return None

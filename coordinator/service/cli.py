@@ -31,7 +31,9 @@ from coordinator.core.gittins import GITTINS_VARIANTS
 from coordinator.core.model import CoreError
 from coordinator.core.placement import DEFAULT_PACKLIMIT, PLACEMENT_NAMES
 from coordinator.core.policies import POLICY_NAMES
-from coordinator.service.coordinator import MAX_JOB_SIZE, PORT_RANGE, Coordinator, Options
+from coordinator.service.coordinator import Coordinator, Options
+from coordinator.service.options import MAX_JOB_SIZE
+from coordinator.service.ports import PORT_RANGE
 
 DESCRIPTION = (
     "The coordinator service: a single-threaded ZeroMQ event loop around the scheduler core."

@@ -12,10 +12,8 @@ client requests are handled in ``requests.py``.
 from __future__ import annotations
 
 import contextlib
-import itertools
 import logging
 import os
-import random
 import sqlite3
 import threading
 import time
@@ -31,8 +29,8 @@ from coordinator.core import events
 from coordinator.core.model import CoreError, Decision
 from coordinator.core.scheduler import Scheduler
 from coordinator.core.settings import build_scheduler, snapshot
-from coordinator.gang import free_local_port
 from coordinator.service import (
+    access,
     agent_messages,
     agents,
     dashboard,
@@ -53,28 +51,22 @@ from coordinator.service.executor import (
 from coordinator.service.history import History
 from coordinator.service.logfetch import LogFetches
 from coordinator.service.metrics import Metrics
-from coordinator.service.options import MAX_JOB_SIZE as MAX_JOB_SIZE
 from coordinator.service.options import Options
-from coordinator.service.runs import KillParts, LaunchGang, RunBook, RunSettings, Signal, When
+from coordinator.service.ports import JobPorts
+from coordinator.service.runs import RunBook, RunSettings, When, send
 from coordinator.service.store import Store
 
 log = logging.getLogger("tiresias.coordinator")
 
 #: Requests that change state: refused once the state database cannot be written.
 CHANGES = frozenset({"submit", "cancel", "advance", "register", "exited"})
-#: Ports handed to jobs' servers on remote nodes: ``--port-base`` and the PORT_RANGE after it.
-PORT_RANGE = 10000
-#: Hosts that mean "this machine": a job's ports there are checked free with the OS.
-LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
-#: Who may send what (docs/security.md); ``report`` is checked per job (owner or job token).
-CLIENT_REQUESTS = frozenset({"submit", "status", "queue", "nodes", "cancel", "logs", "advance"})
-AGENT_MESSAGES = frozenset({"register", "heartbeat", "exited", "log_data"})
 
 
 class Coordinator:
     """The server; also the run book's ``Ledger`` (core calls and records go to the journal)."""
 
-    def __init__(self, opts: Options) -> None:
+    def __init__(self, opts: Options, executor: Executor | None = None) -> None:
+        """``executor``: the machines (default: the agent fleet on this server's socket)."""
         self.opts = opts
         self.metrics = Metrics()
         # options are checked (by building the scheduler) before the state directory exists,
@@ -87,14 +79,12 @@ class Coordinator:
         self.stop = threading.Event()
         self.ready = threading.Event()
         self.fleet = agents.AgentFleet(self._send, opts.heartbeat_timeout)
-        self.executor: Executor = self.fleet
+        self.executor: Executor = executor or self.fleet
         self.logs = LogFetches(self._send)
         self.settings = RunSettings(
             opts.grace, opts.preempt_signal, opts.heartbeat_timeout, opts.checkpoints
         )
-        # entered at a random point, so that two coordinators of one cluster rarely collide
-        offset = random.randrange(PORT_RANGE)
-        self._ports = (opts.port_base + (offset + i) % PORT_RANGE for i in itertools.count())
+        self.job_port = JobPorts(opts.port_base)
         self.dirty = True
         self.progress_dirty: set[str] = set()
         self._next_flush = 0.0
@@ -197,13 +187,7 @@ class Coordinator:
 
     def _send_commands(self) -> None:
         commands, self.book.commands = self.book.commands, []
-        for cmd in commands:
-            if isinstance(cmd, LaunchGang):
-                self.executor.launch(cmd.gang)
-            elif isinstance(cmd, Signal):
-                self.executor.signal(cmd.job_id, cmd.restart, cmd.nodes, cmd.signal, cmd.grace)
-            elif isinstance(cmd, KillParts):
-                self.executor.kill(cmd.job_id, cmd.restart, cmd.nodes, cmd.grace)
+        send(commands, self.executor)
 
     def _step(self, job_id: str) -> int | None:
         """The training step the job last reported (for its history)."""
@@ -332,14 +316,6 @@ class Coordinator:
             hosts = {name: info.host for name, info in self.executor.nodes().items()}
             self.book.act(decisions, self.when(), hosts, lambda n: self.job_port(hosts.get(n, n)))
 
-    def job_port(self, host: str) -> int:
-        """A TCP port for one of a job's servers (TF, Horovod rendezvous) on ``host``: one the
-        OS says is free when the host is this machine, since other programs and other users'
-        coordinators listen here too; else the next port of the ``--port-base`` range."""
-        if host in LOOPBACK_HOSTS:
-            return free_local_port(host)
-        return next(self._ports)
-
     # --- executor events ----------------------------------------------------------------
     def apply(self, event: ExecutorEvent) -> bool:
         """Act on what the executor says happened; False for news that is stale."""
@@ -360,10 +336,7 @@ class Coordinator:
                 self.book.node_up(event.node, gpus, event.running, when)
             self.unconfirmed.discard(event.node)
             log.info(
-                "node %s registered: %d GPUs, %d jobs running",
-                event.node,
-                len(gpus),
-                len(event.running),
+                "node %s registered: %d GPUs, %d running", event.node, len(gpus), len(event.running)
             )
         elif isinstance(event, NodeLost):
             self.unconfirmed.discard(event.node)
@@ -389,7 +362,7 @@ class Coordinator:
         if handler is None:
             self._refuse(rid, msg.get("id"), f"{t}: not a message the coordinator accepts")
             return
-        denied = self._authorize(t, msg)
+        denied = access.authorize(self.peer, t, msg)
         if denied is not None:
             self._refuse(rid, msg.get("id"), denied)
             return
@@ -421,17 +394,6 @@ class Coordinator:
         self.metrics.bad_messages.inc()
         log.debug("refused a message: %s", text)
         self._send(rid, protocol.error(req_id, text, **fields))
-
-    def _authorize(self, t: str, msg: dict[str, Any]) -> str | None:
-        """Why the sender may not send this message, or None when it may."""
-        peer = self.peer
-        if t in CLIENT_REQUESTS and peer.user is None:
-            return f"{t}: {peer.describe()} may not make requests (docs/security.md)"
-        if t == "advance" and not peer.admin:
-            return f"advance: only an admin may move the clock, not {peer.describe()}"
-        if t in AGENT_MESSAGES and peer.node not in (identity.ANY_NODE, msg["node"]):
-            return f"{t}: {peer.describe()} may not speak for node {msg['node']!r}"
-        return None
 
     def _flush_progress(self) -> None:
         if self.progress_dirty and self.disk_error is None:

@@ -28,7 +28,7 @@ from coordinator.core.packlimit import PACKED, SPREAD, PackLimit
 from coordinator.core.scheduler import Scheduler
 from coordinator.gang import GangRequest, plan
 from coordinator.service.agent import SETTLE
-from coordinator.service.executor import Gang, ProcessLaunch
+from coordinator.service.executor import Executor, Gang, ProcessLaunch
 from coordinator.service.metrics import Metrics
 from coordinator.service.records import JobRecord, Lost, Run
 from tiresias_launch.contract import EXIT_CHECKPOINTED, JOB_TOKEN
@@ -72,6 +72,17 @@ class KillParts:
 
 
 Command = LaunchGang | Signal | KillParts
+
+
+def send(commands: list[Command], executor: Executor) -> None:
+    """Hand commands to the executor (after the transaction that decided them)."""
+    for cmd in commands:
+        if isinstance(cmd, LaunchGang):
+            executor.launch(cmd.gang)
+        elif isinstance(cmd, Signal):
+            executor.signal(cmd.job_id, cmd.restart, cmd.nodes, cmd.signal, cmd.grace)
+        else:
+            executor.kill(cmd.job_id, cmd.restart, cmd.nodes, cmd.grace)
 
 
 class Ledger(Protocol):

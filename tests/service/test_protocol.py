@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from coordinator import protocol
-from coordinator.service import coordinator as coordinator_module
+from coordinator.service import ports
 from coordinator.service.client import Client
 from coordinator.service.coordinator import Coordinator, Options
 
@@ -258,7 +258,7 @@ def test_jobs_on_this_machine_get_ports_the_os_says_are_free(
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         held = taken.getsockname()[1]
-        monkeypatch.setattr(coordinator_module, "PORT_RANGE", 1)  # the range is just `held`
+        monkeypatch.setattr(ports, "PORT_RANGE", 1)  # the range is just `held`
         opts = Options(bind=f"ipc://{tmp_path}/c.sock", state=tmp_path / "s")
         opts.port_base = held
         with in_process_coordinator(opts) as coord:
