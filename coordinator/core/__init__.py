@@ -1,7 +1,7 @@
 """The pure scheduling core: jobs, GPUs, policies and placement; no I/O, no clock, no
-randomness. The CONTRACT is in ``coordinator.core.scheduler``; events are typed values
-(``coordinator.core.events``) applied by ``Scheduler.apply``, and ``coordinator.core.settings``
-turns one ``Settings`` into a scheduler for the service and the simulator alike.
+randomness. Events are typed values (``coordinator.core.events``) applied by
+``Scheduler.apply``, and ``coordinator.core.settings`` turns one ``Settings`` into a
+scheduler for the service and the simulator alike.
 
 Decisions taken here (each also documented where it is implemented):
 
@@ -10,8 +10,10 @@ Decisions taken here (each also documented where it is implemented):
   them from completed jobs instead); a job is in queue i while
   Q_i ≤ W_J × t_J < Q_{i+1}, so it is demoted at the exact moment its attained service
   reaches a threshold (``next_wakeup`` returns that moment).
-- Inside a 2D-LAS queue: jobs that have started, FIFO by first start time, then never-started
-  jobs by arrival; a newcomer therefore never preempts a job of its own queue.
+- Inside a 2D-LAS queue (``queue_order``): running jobs ahead of waiting ones, each FIFO by
+  first start, never-started jobs last by arrival ("running-first", the default: a running
+  job is preempted only for a job of a higher queue), or FIFO by first start alone
+  ("first-start"); a newcomer never preempts a job of its own queue.
 - Starvation: δ_J counts from the moment a job stopped (preempted) or was submitted; at
   δ_J ≥ PROMOTEKNOB × t_J it goes to queue 0 with t_J = 0 and δ_J restarted.
 - Gittins: index exactly as written, Δ = the job's queue threshold; the authors' variant is
@@ -21,6 +23,48 @@ Decisions taken here (each also documented where it is implemented):
   ticks (Figure 7). ``gandiva``: turns of ``quantum`` seconds while jobs wait, least
   recently served first.
 - Placement ``skew``: a job of unknown skew is consolidated (never slower for the job).
+
+CONTRACT (used by coordinator/service and coordinator/sim; extend, don't change):
+
+    sched = build_scheduler(Settings(policy="tiresias-l", ...), nodes)  # core.settings
+    sched.apply(event) -> list[Decision]   # one typed event (coordinator.core.events):
+        Submit(spec, now)                  #   CoreError if invalid (duplicate id, too large…)
+        Exited(job_id, now, outcome)       #   all processes of the job have exited
+        Cancel(job_id, now)                #   [] for a waiting job, [Kill] for a running one
+        NodeUp(node, now) / NodeDown(name, now)
+        UpdateSkew(job_id, skew) ; UpdateCheckpointable(job_id, checkpointable, now)
+        UpdateCosts(job_id, checkpoint_s, restore_s)   # measured or modelled seconds
+        SetPackLimit(value)                #   a learned PACKLIMIT (skew placement)
+        Schedule(now)                      #   one scheduling pass: its decisions
+    Each event also has its method (sched.submit(spec, now), sched.schedule(now), …, with
+    node_down returning the ids of the jobs it stopped); the service journals events, the
+    simulator and tests call either.
+    sched.next_wakeup(now) -> float | None         # next time the policy wants a pass with no
+                                                   # outside event (threshold crossing,
+                                                   # starvation promotion, interval, time slice)
+    sched.job(job_id) -> Job ; sched.jobs() -> Iterable[Job] (active first)
+    sched.free_gpus() -> {node: (free indices)} ; sched.policy.key(job, now) (rank of any
+    active job) ; sched.export_state() -> dict (JSON/msgpack-able) ;
+    Scheduler.from_state(d, policy, placement)
+    sched.nodes() -> {name: Node} (up) ; sched.guards() -> {job: end of its minimum run}
+    (read by coordinator.core.explain).
+
+Semantics:
+- ``Start`` marks the job RUNNING at ``now`` and takes its GPUs. ``Preempt`` marks it
+  PREEMPTING: its service stops accruing at ``now`` but its GPUs stay taken until
+  ``exited(…, CHECKPOINTED)``, which makes it WAITING again. The simulator applies the exits
+  itself (at ``now`` or after a modelled checkpoint cost) and calls ``schedule`` again.
+- ``exited(COMPLETED)`` → COMPLETED; ``FAILED`` → FAILED; ``CHECKPOINTED``/``LOST`` → WAITING
+  (restarts += 1), or CANCELLED when a cancel was requested.
+- Deterministic: the same calls in the same order give the same decisions (ties by arrival,
+  then job id). No wall clock, no randomness, no I/O.
+- A pass costs O(jobs it looks at until the cluster is full), not O(all jobs ever seen):
+  finished jobs leave the active structures.
+- Details pinned by tests/core: ``cancel`` also answers [Kill] for a PREEMPTING job (the
+  shell may escalate) and [] for a finished one; ``node_down`` stops the service of the jobs
+  it returns (PREEMPTING) and forgets the node's GPUs, while their GPUs on other nodes stay
+  taken until ``exited(…, LOST)``; ``exited`` for a job that holds no GPUs, an unknown job,
+  time going backwards, or ``node_up`` of a node already up raise CoreError.
 """
 
 from coordinator.core.config import (

@@ -45,7 +45,7 @@ class SchedulerConfig:
     so they are preempted first. Both off by default: neither won on the measured slices
     (docs/simulator.md). ``learn_thresholds``: tiresias-l and tiresias-g replace
     ``queue_thresholds`` (their starting point) by thresholds learned from completed jobs'
-    service (``coordinator.core.policies._Queued``)."""
+    service (``coordinator.core.queued.Queued``)."""
 
     queue_thresholds: tuple[float, ...] = DEFAULT_QUEUE_THRESHOLDS
     promote_knob: float = math.inf

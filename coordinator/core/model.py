@@ -4,8 +4,9 @@ the simulator. Pure data; no I/O, no clock (every time is a ``now`` passed in by
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from enum import StrEnum
+from typing import Any
 
 
 class JobState(StrEnum):
@@ -116,6 +117,46 @@ class Job:
         if self.state is JobState.RUNNING and self.last_start is not None:
             return self.total_executed + (now - self.last_start)
         return self.total_executed
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON/msgpack-able, for scheduler snapshots; ``from_dict`` reads it back."""
+        d: dict[str, Any] = {f: getattr(self.spec, f) for f in _SPEC_FIELDS}
+        d.update({f: getattr(self, f) for f in _JOB_SCALARS})
+        d["state"] = self.state.value
+        d["allocation"] = (
+            None if self.allocation is None else [[n, list(g)] for n, g in self.allocation.gpus]
+        )
+        return d
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> Job:
+        job = cls(spec=JobSpec(**{f: d[f] for f in _SPEC_FIELDS}), state=JobState(d["state"]))
+        for f in _JOB_SCALARS:
+            setattr(job, f, d[f] if f in d else _JOB_SCALARS_SINCE[f])
+        if d["allocation"] is not None:
+            job.allocation = Allocation(tuple((n, tuple(g)) for n, g in d["allocation"]))
+        return job
+
+
+_SPEC_FIELDS = [f.name for f in fields(JobSpec)]
+_JOB_SCALARS = [
+    "executed",
+    "total_executed",
+    "first_start",
+    "last_start",
+    "wait_since",
+    "queue",
+    "preemptions",
+    "promotions",
+    "restarts",
+    "finish",
+    "cancel_requested",
+    "checkpoint_cost",
+    "restore_cost",
+    "checkpointable",
+]
+#: Absent from older snapshots: their defaults.
+_JOB_SCALARS_SINCE = {"checkpoint_cost": 0.0, "restore_cost": 0.0, "checkpointable": True}
 
 
 @dataclass(frozen=True)

@@ -1,61 +1,20 @@
 """The scheduler core: one object that takes events and returns decisions.
 
-CONTRACT (used by coordinator/service and coordinator/sim; extend, don't change):
-
-    sched = build_scheduler(Settings(policy="tiresias-l", ...), nodes)   # coordinator.core.settings
-    sched.apply(event) -> list[Decision]   # one typed event (coordinator.core.events):
-        Submit(spec, now)                  #   CoreError if invalid (duplicate id, too large…)
-        Exited(job_id, now, outcome)       #   all processes of the job have exited
-        Cancel(job_id, now)                #   [] for a waiting job, [Kill] for a running one
-        NodeUp(node, now) / NodeDown(name, now)
-        UpdateSkew(job_id, skew) ; UpdateCheckpointable(job_id, checkpointable, now)
-        UpdateCosts(job_id, checkpoint_s, restore_s)   # measured or modelled seconds
-        SetPackLimit(value)                #   a learned PACKLIMIT (skew placement)
-        Schedule(now)                      #   one scheduling pass: its decisions
-    Each event also has its method (sched.submit(spec, now), sched.schedule(now), …, with
-    node_down returning the ids of the jobs it stopped); the service journals events, the
-    simulator and tests call either.
-    sched.next_wakeup(now) -> float | None         # next time the policy wants a pass with no
-                                                   # outside event (threshold crossing,
-                                                   # starvation promotion, interval, time slice)
-    sched.job(job_id) -> Job ; sched.jobs() -> Iterable[Job] (active first)
-    sched.free_gpus() -> {node: (free indices)} ; sched.policy.key(job, now) (rank of any
-    active job) ; sched.export_state() -> dict (JSON/msgpack-able) ;
-    Scheduler.from_state(d, policy, placement)
-    sched.nodes() -> {name: Node} (up) ; sched.guards() -> {job: end of its minimum run}
-    (read by coordinator.core.explain).
-
-Semantics:
-- ``Start`` marks the job RUNNING at ``now`` and takes its GPUs. ``Preempt`` marks it
-  PREEMPTING: its service stops accruing at ``now`` but its GPUs stay taken until
-  ``exited(…, CHECKPOINTED)``, which makes it WAITING again. The simulator applies the exits
-  itself (at ``now`` or after a modelled checkpoint cost) and calls ``schedule`` again.
-- ``exited(COMPLETED)`` → COMPLETED; ``FAILED`` → FAILED; ``CHECKPOINTED``/``LOST`` → WAITING
-  (restarts += 1), or CANCELLED when a cancel was requested.
-- Deterministic: the same calls in the same order give the same decisions (ties by arrival,
-  then job id). No wall clock, no randomness, no I/O.
-- A pass costs O(jobs it looks at until the cluster is full), not O(all jobs ever seen):
-  finished jobs leave the active structures.
-- Details pinned by tests/core: ``cancel`` also answers [Kill] for a PREEMPTING job (the
-  shell may escalate) and [] for a finished one; ``node_down`` stops the service of the jobs
-  it returns (PREEMPTING) and forgets the node's GPUs, while their GPUs on other nodes stay
-  taken until ``exited(…, LOST)``; ``exited`` for a job that holds no GPUs, an unknown job,
-  time going backwards, or ``node_up`` of a node already up raise CoreError.
+The CONTRACT and its semantics are in the package's docstring (``coordinator.core``).
 """
 
 from __future__ import annotations
 
-import bisect
 import dataclasses
-import heapq
 import math
 from collections.abc import Iterable, Iterator
 from typing import Any
 
 from coordinator.core import events
 from coordinator.core.config import DEFAULT_QUEUE_THRESHOLDS, SchedulerConfig
+from coordinator.core.gpus import Gpus
+from coordinator.core.guards import Guards
 from coordinator.core.model import (
-    Allocation,
     CoreError,
     Decision,
     ExitOutcome,
@@ -68,7 +27,8 @@ from coordinator.core.model import (
     Start,
 )
 from coordinator.core.placement import Placement, make_placement
-from coordinator.core.policies import Key, Policy, make_policy
+from coordinator.core.policies import Policy, make_policy
+from coordinator.core.selection import select
 
 __all__ = ["DEFAULT_QUEUE_THRESHOLDS", "Scheduler", "SchedulerConfig"]
 
@@ -100,31 +60,18 @@ class Scheduler:
         self.placement = placement or make_placement("consolidate")
         self.policy.bind(self.config)
         self._clock: float | None = None
-        self._nodes: dict[str, Node] = {}  # every node ever seen (last description)
-        self._up: dict[str, list[int]] = {}  # free GPU indices of nodes that are up
-        self._capacity = 0  # GPUs on nodes that are up
-        self._known = 0  # GPUs on every node ever seen (the largest job that may come)
-        self._free_total = 0  # free GPUs on nodes that are up
+        self._gpus = Gpus()
         self._active: dict[str, Job] = {}  # submission order
         self._done: dict[str, Job] = {}
         self._running: dict[str, Job] = {}
         self._waiting: dict[int, int] = {}  # GPU count → number of WAITING jobs of that size
-        # running jobs inside their minimum run time: job id → until, and a heap of expiries
-        self._guarded: dict[str, float] = {}
-        self._guard_heap: list[tuple[float, str]] = []
+        self._guards = Guards()  # running jobs inside their minimum run time
         for node in nodes:
             self._add_node(node)
 
     # ---- cluster -------------------------------------------------------------------------
 
     def _add_node(self, node: Node) -> None:
-        if node.name in self._up:
-            raise CoreError(f"node {node.name} is already up")
-        if len(set(node.gpus)) != len(node.gpus):
-            raise CoreError(f"node {node.name} lists a GPU twice: {node.gpus}")
-        old = self._nodes.get(node.name)
-        self._known += len(node.gpus) - (len(old.gpus) if old else 0)
-        self._nodes[node.name] = node
         held = {
             g
             for j in self._active.values()
@@ -133,9 +80,7 @@ class Scheduler:
             if n == node.name
             for g in gs
         }
-        self._up[node.name] = sorted(set(node.gpus) - held)
-        self._capacity += len(node.gpus)
-        self._free_total += len(self._up[node.name])
+        self._gpus.add(node, held)
 
     def node_up(self, node: Node, now: float) -> None:
         self._advance(now)
@@ -146,10 +91,7 @@ class Scheduler:
         (PREEMPTING); their GPUs elsewhere stay busy until the shell, having stopped the
         survivors, reports ``exited(…, LOST)``. Returns those jobs' ids."""
         self._advance(now)
-        if name not in self._up:
-            raise CoreError(f"node {name} is not up")
-        self._free_total -= len(self._up.pop(name))
-        self._capacity -= len(self._nodes[name].gpus)
+        self._gpus.remove(name)
         lost = [
             j
             for j in self._active.values()
@@ -162,34 +104,15 @@ class Scheduler:
 
     def free_gpus(self) -> dict[str, tuple[int, ...]]:
         """Free GPU indices per node that is up (a copy)."""
-        return {n: tuple(g) for n, g in self._up.items()}
+        return {n: tuple(g) for n, g in self._gpus.free.items()}
 
     def nodes(self) -> dict[str, Node]:
         """The nodes that are up, as last described."""
-        return {n: self._nodes[n] for n in self._up}
+        return {n: self._gpus.nodes[n] for n in self._gpus.free}
 
     def guards(self) -> dict[str, float]:
         """Running job → end of its minimum run time (it may not be preempted before)."""
-        return dict(self._guarded)
-
-    def _take(self, choice: dict[str, int]) -> Allocation:
-        by_node = {}
-        for n, k in choice.items():
-            free = self._up[n]
-            by_node[n] = free[:k]
-            del free[:k]
-        self._free_total -= sum(choice.values())
-        return Allocation.of(by_node)
-
-    def _release(self, alloc: Allocation) -> None:
-        for n, gs in alloc.gpus:
-            free = self._up.get(n)
-            if free is None:  # a node that went down took its GPUs with it
-                continue
-            back = set(gs) & set(self._nodes[n].gpus)  # it may have come back smaller
-            free.extend(back)
-            free.sort()
-            self._free_total += len(back)
+        return dict(self._guards.until)
 
     # ---- job events ----------------------------------------------------------------------
 
@@ -211,9 +134,10 @@ class Scheduler:
             raise CoreError(f"duplicate job id {spec.job_id}")
         if spec.gpus < 1:
             raise CoreError(f"job {spec.job_id} asks for {spec.gpus} GPUs; needs at least 1")
-        if self.config.reject_oversized and spec.gpus > self._known:
+        if self.config.reject_oversized and spec.gpus > self._gpus.known:
             raise CoreError(
-                f"job {spec.job_id} asks for {spec.gpus} GPUs but the cluster has {self._known}"
+                f"job {spec.job_id} asks for {spec.gpus} GPUs but the cluster has "
+                f"{self._gpus.known}"
             )
         self.policy.validate(spec)
         job = Job(spec=spec, wait_since=now)
@@ -239,7 +163,7 @@ class Scheduler:
         job.state = JobState.PREEMPTING
         job.wait_since = now
         del self._running[job.job_id]
-        self._guarded.pop(job.job_id, None)
+        self._guards.drop(job.job_id)
         self.policy.changed(job, now)
 
     def exited(self, job_id: str, now: float, outcome: ExitOutcome) -> None:
@@ -250,7 +174,7 @@ class Scheduler:
         if job.state is JobState.RUNNING:
             self._stop(job, now)
         assert job.allocation is not None
-        self._release(job.allocation)
+        self._gpus.release(job.allocation)
         job.allocation = None
         outcome = ExitOutcome(outcome)
         if outcome is ExitOutcome.COMPLETED:
@@ -307,7 +231,7 @@ class Scheduler:
         now = self._clock if self._clock is not None else 0.0
         if job.state is JobState.RUNNING:  # its minimum run follows the cost it now knows
             assert job.last_start is not None
-            self._guarded.pop(job_id, None)
+            self._guards.drop(job_id)
             self._guard(job, job.last_start, now)
         self.policy.changed(job, now)
 
@@ -368,40 +292,11 @@ class Scheduler:
         policy = self.policy
         rkeys, rgpus = policy.running_order(now)
         smallest = min(self._waiting)
-        guarded = self._guarded_indices(rkeys, now)
-        # guarded jobs keep their GPUs whatever their rank: set them aside first
-        budget = self._capacity - sum(rgpus[t] for t in guarded)
-        drop: list[int] = []  # indices into rkeys of running jobs that lose their GPUs
-        chosen: list[Job] = []
-        j = 0  # running jobs before index j have been decided
-        g = 0  # guarded[:g] are before index j
-
-        def running_until(i: int) -> None:
-            """Decide running jobs j..i-1: all kept at once when they fit (the usual case)."""
-            nonlocal budget, j, g
-            h = bisect.bisect_left(guarded, i, g)
-            total = sum(rgpus[j:i]) - sum(rgpus[t] for t in guarded[g:h])
-            if total <= budget:
-                budget -= total
-            else:
-                for t in range(j, i):
-                    if t in guarded[g:h]:
-                        continue
-                    if rgpus[t] <= budget:
-                        budget -= rgpus[t]
-                    else:
-                        drop.append(t)
-            j, g = i, h
-
-        for wk in policy.waiting_order():
-            running_until(bisect.bisect_left(rkeys, wk, j))
-            job = policy.job(wk)
-            if job.gpus <= budget:
-                budget -= job.gpus
-                chosen.append(job)
-            if budget < smallest:  # no other waiting job can fit any more
-                break
-        running_until(len(rkeys))
+        self._guards.expire(now)
+        guarded = self._guards.indices(rkeys)
+        drop, chosen = select(
+            rkeys, rgpus, policy.waiting_order(), policy.job, guarded, self._gpus.capacity, smallest
+        )
         for job in [policy.job(rkeys[t]) for t in drop]:
             job.preemptions += 1
             self._stop(job, now)
@@ -411,18 +306,6 @@ class Scheduler:
             if start is not None:
                 decisions.append(start)
         return decisions
-
-    def _guarded_indices(self, rkeys: list[Key], now: float) -> list[int]:
-        """Sorted indices into ``rkeys`` of the running jobs still inside their minimum run
-        time (after dropping the guards that have expired by ``now``)."""
-        heap, guarded = self._guard_heap, self._guarded
-        while heap and heap[0][0] <= now:
-            until, job_id = heapq.heappop(heap)
-            if guarded.get(job_id) == until:
-                del guarded[job_id]
-        if not guarded:
-            return []
-        return [t for t, k in enumerate(rkeys) if k[-1] in guarded]
 
     def _guard(self, job: Job, start: float, now: float) -> None:
         """Guard ``job``, which started its run at ``start``, until the end of its minimum
@@ -435,15 +318,14 @@ class Scheduler:
             # restore seconds) make every run restore and nothing more, forever
             until = max(until, start + 2 * job.restore_cost)
         if until > now:
-            self._guarded[job.job_id] = until
-            heapq.heappush(self._guard_heap, (until, job.job_id))
+            self._guards.set(job.job_id, until)
 
     def _fifo_pass(self, now: float) -> list[Decision]:
         decisions: list[Decision] = []
         if not self._waiting:
             return decisions
         for wk in list(self.policy.waiting_order()):
-            if self._free_total < min(self._waiting):
+            if self._gpus.free_total < min(self._waiting):
                 break
             start = self._try_start(self.policy.job(wk), now)
             if start is not None:
@@ -453,10 +335,10 @@ class Scheduler:
         return decisions
 
     def _try_start(self, job: Job, now: float) -> Start | None:
-        if job.gpus > self._free_total:
+        if job.gpus > self._gpus.free_total:
             return None
-        free = {n: len(g) for n, g in self._up.items()}
-        choice = self.placement.choose(job, free, self._nodes)
+        free = {n: len(g) for n, g in self._gpus.free.items()}
+        choice = self.placement.choose(job, free, self._gpus.nodes)
         if choice is None:
             return None
         if sum(choice.values()) != job.gpus or any(
@@ -466,7 +348,7 @@ class Scheduler:
                 f"placement {self.placement.name} returned {choice} "
                 f"for job {job.job_id} ({job.gpus} GPUs)"
             )
-        job.allocation = self._take(choice)
+        job.allocation = self._gpus.take(choice)
         job.state = JobState.RUNNING
         job.last_start = now
         if job.first_start is None:
@@ -483,12 +365,8 @@ class Scheduler:
         t = self.policy.next_wakeup(now)
         if t is not None:
             times.append(t)
-        if self._waiting and self._guarded:  # a guard's end may let a waiting job in
-            heap = self._guard_heap
-            while heap and self._guarded.get(heap[0][1]) != heap[0][0]:
-                heapq.heappop(heap)
-            if heap:
-                times.append(heap[0][0])
+        if self._waiting and (end := self._guards.next_end()) is not None:
+            times.append(end)  # a guard's end may let a waiting job in
         if self.config.interval > 0 and self._waiting:
             step = self.config.interval
             k = math.floor(now / step) + 1
@@ -509,15 +387,16 @@ class Scheduler:
 
     def export_state(self) -> dict[str, Any]:
         """JSON/msgpack-able snapshot; ``from_state`` rebuilds an equivalent scheduler."""
+        up = self._gpus.free
         return {
             "version": _STATE_VERSION,
             "config": self.config.to_dict(),
             "clock": self._clock,
             "nodes": [
-                {"name": n.name, "gpus": list(n.gpus), "switch": n.switch, "up": n.name in self._up}
-                for n in self._nodes.values()
+                {"name": n.name, "gpus": list(n.gpus), "switch": n.switch, "up": n.name in up}
+                for n in self._gpus.nodes.values()
             ],
-            "jobs": [_job_to_dict(j) for j in self.jobs()],
+            "jobs": [j.to_dict() for j in self.jobs()],
             "done": len(self._done),
             "running": list(self._running),  # start order: the order of Preempt decisions
             "policy": {"name": self.policy.name, "state": self.policy.export_state()},
@@ -541,7 +420,7 @@ class Scheduler:
         )
         if state["policy"]["name"] == sched.policy.name:  # else: a new policy learns afresh
             sched.policy.load_state(state["policy"]["state"])
-        jobs = [_job_from_dict(d) for d in state["jobs"]]
+        jobs = [Job.from_dict(d) for d in state["jobs"]]
         n_active = len(jobs) - state["done"]
         for job in jobs[n_active:]:
             sched._done[job.job_id] = job
@@ -559,50 +438,9 @@ class Scheduler:
             if d["up"]:
                 sched._add_node(node)
             else:
-                sched._nodes[node.name] = node
-                sched._known += len(node.gpus)
+                sched._gpus.remember(node)
         clock = state["clock"]
         for job in jobs[:n_active]:
             sched.policy.changed(job, clock if clock is not None else 0.0)
         sched._clock = clock
         return sched
-
-
-_SPEC_FIELDS = [f.name for f in dataclasses.fields(JobSpec)]
-_JOB_SCALARS = [
-    "executed",
-    "total_executed",
-    "first_start",
-    "last_start",
-    "wait_since",
-    "queue",
-    "preemptions",
-    "promotions",
-    "restarts",
-    "finish",
-    "cancel_requested",
-    "checkpoint_cost",
-    "restore_cost",
-    "checkpointable",
-]
-#: Absent from older states: their defaults.
-_JOB_SCALARS_SINCE = {"checkpoint_cost": 0.0, "restore_cost": 0.0, "checkpointable": True}
-
-
-def _job_to_dict(job: Job) -> dict[str, Any]:
-    d: dict[str, Any] = {f: getattr(job.spec, f) for f in _SPEC_FIELDS}
-    d.update({f: getattr(job, f) for f in _JOB_SCALARS})
-    d["state"] = job.state.value
-    d["allocation"] = (
-        None if job.allocation is None else [[n, list(g)] for n, g in job.allocation.gpus]
-    )
-    return d
-
-
-def _job_from_dict(d: dict[str, Any]) -> Job:
-    job = Job(spec=JobSpec(**{f: d[f] for f in _SPEC_FIELDS}), state=JobState(d["state"]))
-    for f in _JOB_SCALARS:
-        setattr(job, f, d[f] if f in d else _JOB_SCALARS_SINCE[f])
-    if d["allocation"] is not None:
-        job.allocation = Allocation(tuple((n, tuple(g)) for n, g in d["allocation"]))
-    return job

@@ -74,7 +74,7 @@ def check_invariants(s: Scheduler) -> None:
     free = [(n, g) for n, gs in up.items() for g in gs]
     assert len(set(held)) == len(held) and not set(held) & set(free)
     held_up = [(n, g) for n, g in held if n in up]  # a failed node took its GPUs along
-    assert len(held_up) + len(free) == s._capacity  # the GPUs a pass hands out
+    assert len(held_up) + len(free) == s._gpus.capacity  # the GPUs a pass hands out
 
 
 def run(

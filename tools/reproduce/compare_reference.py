@@ -34,7 +34,7 @@ from pathlib import Path
 
 from coordinator.core import ServiceDistribution
 from coordinator.core.model import JobSpec
-from coordinator.core.policies import LEARNED_FLOOR, LEARNED_MAX_QUEUES, LEARNED_SPACING
+from coordinator.core.queued import LEARNED_FLOOR, LEARNED_MAX_QUEUES, LEARNED_SPACING
 from coordinator.sim.cluster import cluster_from_shape
 from coordinator.sim.engine import SimOptions, run
 from coordinator.sim.report import job_metrics

@@ -1,0 +1,209 @@
+"""The policy interface: a policy orders the candidate jobs (waiting, plus running ones when it is
+preemptive) by a sort key; the scheduler merges the two orders to select jobs.
+
+Keys end with the job id, and every key breaks ties by arrival then job id, so orders are
+deterministic. Waiting jobs' keys are fixed (their service does not change; a policy whose
+keys depend on something else re-files them when it changes) and live in an incrementally
+sorted list. Running jobs whose key stays fixed while they run, or changes only at known
+times when a timer re-files it (2D-LAS queues, Gandiva slices, LAS with an interval), live in
+another, with a parallel list of GPU counts so the scheduler can sum a run of them at C speed;
+running jobs with keys that follow the clock (exact LAS, SRTF, Gittins queues) are sorted at
+each pass, which costs O(running jobs), never O(all jobs ever seen).
+"""
+
+from __future__ import annotations
+
+import bisect
+import heapq
+import math
+from abc import ABC, abstractmethod
+from collections.abc import Iterable
+from typing import Any, ClassVar
+
+from coordinator.core.config import SchedulerConfig
+from coordinator.core.model import CoreError, Job, JobSpec, JobState
+
+Key = tuple[Any, ...]
+
+
+class Policy(ABC):
+    """Orders jobs. ``preemptive``: running jobs compete with waiting ones at every pass and
+    may lose their GPUs. ``blocking``: the first waiting job that cannot start blocks all later
+    ones (YARN-CS head-of-line blocking); otherwise jobs that do not fit are skipped."""
+
+    name: ClassVar[str]
+    preemptive: ClassVar[bool] = True
+    blocking: ClassVar[bool] = False
+    needs_duration: ClassVar[bool] = False
+
+    def bind(self, config: SchedulerConfig) -> None:
+        """Reset the ordering structures for a (new) scheduler; called by the Scheduler."""
+        self.config = config
+        self._members: dict[str, Job] = {}
+        self._filed: dict[str, Key | None] = {}  # fixed key, or None when time-dependent
+        self._waiting: list[Key] = []  # keys of waiting jobs, sorted
+        self._running: list[Key] = []  # fixed keys of running jobs, sorted …
+        self._running_gpus: list[int] = []  # … and their GPU counts, in the same order
+        self._running_dyn: dict[str, Job] = {}  # running jobs whose key changes with time
+        self._version = 0  # bumped on every change: running_order's cache key
+        self._cached: tuple[tuple[float, int], tuple[list[Key], list[int]]] | None = None
+
+    @abstractmethod
+    def key(self, job: Job, now: float) -> Key:
+        """Priority key (smaller first), ending with the job id. Defined for every active job
+        (shells may use it to rank jobs for display)."""
+
+    def fixed_while_running(self, job: Job) -> bool:
+        """Whether running ``job``'s key stays the same as time passes."""
+        return False
+
+    def validate(self, spec: JobSpec) -> None:
+        if self.needs_duration and spec.duration is None:
+            raise CoreError(f"policy {self.name} needs the true duration of job {spec.job_id}")
+
+    def changed(self, job: Job, now: float) -> None:
+        """Re-file ``job`` after any change of its state, queue or service."""
+        self.remove(job)
+        running = job.state is JobState.RUNNING
+        if not (job.state is JobState.WAITING or (running and self.preemptive)):
+            return
+        job_id = job.job_id
+        self._members[job_id] = job
+        if running and not self.fixed_while_running(job):
+            self._running_dyn[job_id] = job
+            self._filed[job_id] = None
+            return
+        k = self.key(job, now)
+        self._filed[job_id] = k
+        if running:
+            i = bisect.bisect(self._running, k)
+            self._running.insert(i, k)
+            self._running_gpus.insert(i, job.gpus)
+        else:
+            bisect.insort(self._waiting, k)
+
+    def remove(self, job: Job) -> None:
+        self._version += 1
+        job_id = job.job_id
+        if self._members.pop(job_id, None) is None:
+            return
+        k = self._filed.pop(job_id)
+        if k is None:
+            del self._running_dyn[job_id]
+            return
+        i = bisect.bisect_left(self._running, k)
+        if i < len(self._running) and self._running[i] == k:
+            del self._running[i]
+            del self._running_gpus[i]
+        else:
+            del self._waiting[bisect.bisect_left(self._waiting, k)]
+
+    def job(self, key: Key) -> Job:
+        return self._members[key[-1]]
+
+    def running_order(self, now: float) -> tuple[list[Key], list[int]]:
+        """Keys of the running candidates, highest priority first, and their GPU counts.
+        The lists are the policy's own: read them, never modify them."""
+        if not self._running_dyn:
+            return self._running, self._running_gpus
+        if self._cached is None or self._cached[0] != (now, self._version):
+            keys = sorted([*self._running, *self._running_keys(now)])
+            self._cached = ((now, self._version), (keys, [self._members[k[-1]].gpus for k in keys]))
+        return self._cached[1]
+
+    def _running_keys(self, now: float) -> Iterable[Key]:
+        """Keys of the dynamic running jobs (a policy may cheapen those whose exact place
+        cannot matter)."""
+        return (self.key(j, now) for j in self._running_dyn.values())
+
+    def waiting_order(self) -> list[Key]:
+        """Keys of the waiting jobs, highest priority first (the policy's own list: read it,
+        never modify it)."""
+        return self._waiting
+
+    def finished(self, job: Job) -> None:  # noqa: B027 (optional hook)
+        """A job left the system (completed, failed or cancelled): learn from it."""
+
+    def refresh(self, now: float) -> None:  # noqa: B027 (optional hook)
+        """Apply time-driven changes (demotion, promotion) due at or before ``now``."""
+
+    def next_wakeup(self, now: float) -> float | None:
+        """Next time this policy's order may change without an outside event."""
+        return None
+
+    def export_state(self) -> dict[str, Any]:
+        return {}
+
+    def load_state(self, state: dict[str, Any]) -> None:  # noqa: B027 (optional hook)
+        """Restore what ``export_state`` saved (learned state only; jobs are re-filed)."""
+
+
+def fifo_by_start(job: Job) -> Key:
+    """2D-LAS order inside a queue: jobs that have started, FIFO by first start time, then
+    jobs that never started, FIFO by arrival (their start time is still in the future), so a
+    newcomer never preempts a job of its own queue."""
+    s = job.spec
+    if job.first_start is None:
+        return (1, s.arrival, s.arrival, s.job_id)
+    return (0, job.first_start, s.arrival, s.job_id)
+
+
+class Timed(Policy):
+    """A policy whose keys change only at times known from the job's fields: ``changed``
+    files a timer for a job's next change, ``refresh`` applies the due ones. A timer is valid
+    only while recomputing it from the job gives the same (time, kind), so stale ones are
+    dropped lazily."""
+
+    def bind(self, config: SchedulerConfig) -> None:
+        super().bind(config)
+        self._timers: list[tuple[float, str, int]] = []
+
+    @abstractmethod
+    def _next_change(self, job: Job) -> tuple[float, int] | None:
+        """(time, kind) of ``job``'s next key change while it stays filed as it is."""
+
+    def _apply(self, job: Job, kind: int, t: float) -> None:
+        """Change ``job`` when its timer of ``kind``, due at ``t``, fires (it is re-filed
+        after)."""
+
+    def changed(self, job: Job, now: float) -> None:
+        super().changed(job, now)
+        if job.job_id in self._members and (nxt := self._next_change(job)) is not None:
+            heapq.heappush(self._timers, (nxt[0], job.job_id, nxt[1]))
+
+    def _due(self, t: float, job_id: str, kind: int) -> Job | None:
+        job = self._members.get(job_id)
+        return job if job is not None and self._next_change(job) == (t, kind) else None
+
+    def refresh(self, now: float) -> None:
+        timers = self._timers
+        while timers and timers[0][0] <= now:
+            t, job_id, kind = heapq.heappop(timers)
+            job = self._due(t, job_id, kind)
+            if job is not None:
+                self._apply(job, kind, t)
+                self.changed(job, now)
+
+    def next_wakeup(self, now: float) -> float | None:
+        timers = self._timers
+        while timers and self._due(*timers[0]) is None:
+            heapq.heappop(timers)
+        return timers[0][0] if timers else None
+
+
+def last_tick(now: float, interval: float) -> float:
+    """The latest k × interval ≤ now, computed as the scheduler computes its ticks (k ×
+    interval), so the pass at a tick sees that tick even when now / interval rounds down."""
+    k = math.floor(now / interval)
+    return (k + 1) * interval if (k + 1) * interval <= now else k * interval
+
+
+def executed_for_order(job: Job, now: float, interval: float) -> float:
+    """t_J as a service-ranked order sees it: as of ``now``, or with an interval as of the
+    last tick, so a running job's rank moves only at ticks (see ``Las``). Spelled out rather
+    than through ``Job.executed_at``: it runs for every running job at every pass."""
+    if job.last_start is None:
+        return job.executed
+    if not interval:
+        return job.executed + (now - job.last_start)
+    return job.executed + max(0.0, last_tick(now, interval) - job.last_start)

@@ -1,0 +1,238 @@
+"""The queue policies of the paper: discretized 2D-LAS (``tiresias-l``) and 2D-Gittins
+(``tiresias-g``), K queues on attained GPU service with starvation promotion and, optionally,
+thresholds learned from completed jobs."""
+
+from __future__ import annotations
+
+import bisect
+import math
+from collections.abc import Iterable
+from typing import Any
+
+from coordinator.core.config import SchedulerConfig
+from coordinator.core.gittins import GITTINS_VARIANTS, ServiceDistribution
+from coordinator.core.model import CoreError, Job, JobState
+from coordinator.core.policy_base import Key, Timed, executed_for_order, fifo_by_start
+
+_DEMOTE, _PROMOTE = 0, 1
+
+# Learned thresholds (SchedulerConfig.learn_thresholds, see ServiceDistribution.thresholds):
+# first learned from 100 completed jobs, again each time the samples have grown by a quarter;
+# at least 2,000 GPU-s and 4× apart, at most 6 queues. Chosen on Philly slices
+# (docs/simulator.md).
+LEARN_AFTER = 100
+RELEARN_GROWTH = 1.25
+LEARNED_FLOOR = 2000.0
+LEARNED_SPACING = 4.0
+LEARNED_MAX_QUEUES = 6
+
+
+class Queued(Timed):
+    """K queues on attained service W_J × t_J. A running job moves down at the exact time it
+    reaches the next threshold. A waiting job with δ_J ≥ PROMOTEKNOB × t_J goes back to queue
+    0 with t_J and δ_J reset.
+
+    With ``SchedulerConfig.learn_thresholds`` the thresholds come from ``distribution``, the
+    total GPU service of completed jobs (``ServiceDistribution.thresholds``), learned from
+    ``LEARN_AFTER`` samples on and again whenever the samples have grown by
+    ``RELEARN_GROWTH``; until then the configured thresholds apply. A new set applies to
+    waiting jobs at once (their queue is recomputed from their service) and never reshuffles
+    running ones: a running job keeps its queue and its next demotion time, and only then
+    (or when it stops) takes the queue the new thresholds give its service."""
+
+    def __init__(self, distribution: ServiceDistribution | None = None) -> None:
+        self.distribution = distribution if distribution is not None else ServiceDistribution()
+
+    def bind(self, config: SchedulerConfig) -> None:
+        super().bind(config)
+        self._running_first = config.queue_order == "running-first"
+        self._cheap_victims = config.cheap_victims
+        self._learn_thresholds = config.learn_thresholds
+        self.thresholds = config.queue_thresholds
+        # running job → service of its next demotion as planned before a re-learning
+        self._pending: dict[str, float | None] = {}
+        self._learned_at = 0  # samples when the thresholds were last learned
+        self._relearn = self._learn_thresholds and len(self.distribution) >= LEARN_AFTER
+
+    def _in_queue(self, job: Job) -> Key:
+        """Order inside a FIFO queue (``SchedulerConfig.queue_order``): by first start, with
+        running jobs first when "running-first" (a waiting job then never preempts a running
+        job of its own queue). Running jobs that cannot be checkpointed come before all
+        others of their queue in either order: when GPUs must be taken from a queue, they
+        are taken from jobs that lose only the steps since their checkpoint first."""
+        running = job.state is JobState.RUNNING
+        protected = running and not job.checkpointable
+        if self._running_first:
+            rank = 0 if protected else 1 if running else 2
+            if self._cheap_victims:  # the costliest to stop keep their GPUs first
+                cost = job.checkpoint_cost + job.restore_cost if running else 0.0
+                return (rank, -cost, *fifo_by_start(job))
+            return (rank, *fifo_by_start(job))
+        return (0 if protected else 1, *fifo_by_start(job))
+
+    def _target(self, job: Job) -> float | None:
+        """Attained service at which running ``job`` is next demoted (None: not this run)."""
+        if job.job_id in self._pending:
+            return self._pending[job.job_id]
+        level = max(bisect.bisect_right(self.thresholds, job.gpus * job.executed), job.queue)
+        return self.thresholds[level] if level < len(self.thresholds) else None
+
+    def changed(self, job: Job, now: float) -> None:
+        if self._learn_thresholds and job.state is not JobState.RUNNING:
+            self._pending.pop(job.job_id, None)
+            if job.state is JobState.WAITING:
+                job.queue = bisect.bisect_right(self.thresholds, job.gpus * job.executed)
+        super().changed(job, now)
+
+    def _next_change(self, job: Job) -> tuple[float, int] | None:
+        if job.state is JobState.RUNNING:
+            target = self._target(job)
+            if target is None:
+                return None
+            assert job.last_start is not None
+            return job.last_start + (target / job.gpus - job.executed), _DEMOTE
+        if (
+            job.state is JobState.WAITING
+            and job.queue > 0
+            and math.isfinite(self.config.promote_knob)
+        ):
+            assert job.wait_since is not None
+            return job.wait_since + self.config.promote_knob * job.executed, _PROMOTE
+        return None
+
+    def _apply(self, job: Job, kind: int, t: float) -> None:
+        if kind == _DEMOTE:
+            target = self._target(job)
+            assert target is not None
+            self._pending.pop(job.job_id, None)
+            job.queue = max(job.queue, bisect.bisect_right(self.thresholds, target))
+        else:
+            job.queue = 0
+            job.executed = 0.0
+            job.wait_since = t
+            job.promotions += 1
+
+    def refresh(self, now: float) -> None:
+        if self._relearn:
+            self._relearn = False
+            self._learned_at = len(self.distribution)
+            new = self.distribution.thresholds(
+                floor=LEARNED_FLOOR, spacing=LEARNED_SPACING, max_queues=LEARNED_MAX_QUEUES
+            )
+            if new != self.thresholds:
+                for job in self._members.values():
+                    if job.state is JobState.RUNNING:
+                        self._pending[job.job_id] = self._target(job)
+                self.thresholds = new
+                for job in list(self._members.values()):
+                    self.changed(job, now)
+        super().refresh(now)
+
+    def finished(self, job: Job) -> None:
+        if self._learns() and job.state is JobState.COMPLETED:
+            self.distribution.add(job.gpus * job.total_executed)
+            n = len(self.distribution)
+            if self._learn_thresholds and n >= max(LEARN_AFTER, RELEARN_GROWTH * self._learned_at):
+                self._relearn = True  # at the next refresh, which has a clock
+
+    def _learns(self) -> bool:
+        return self._learn_thresholds
+
+    def export_state(self) -> dict[str, Any]:
+        return {
+            "distribution": self.distribution.export_state(),
+            "thresholds": list(self.thresholds),
+            "learned_at": self._learned_at,
+            "pending": dict(self._pending),
+        }
+
+    def load_state(self, state: dict[str, Any]) -> None:
+        self.distribution = ServiceDistribution.from_state(state["distribution"])
+        if "thresholds" in state:  # states from before learned thresholds have none
+            self.thresholds = tuple(state["thresholds"])
+            self._learned_at = int(state["learned_at"])
+            self._pending = {
+                k: None if v is None else float(v) for k, v in state["pending"].items()
+            }
+            self._relearn = False
+
+
+class TiresiasL(Queued):
+    """Discretized 2D-LAS: queue, then the queue order (``Queued._in_queue``)."""
+
+    name = "tiresias-l"
+
+    def fixed_while_running(self, job: Job) -> bool:
+        return True
+
+    def key(self, job: Job, now: float) -> Key:
+        return (job.queue, *self._in_queue(job))
+
+
+class TiresiasG(Queued):
+    """Discretized 2D-Gittins: queues 1..K-1 ordered by the Gittins index of the attained
+    service with Δ = the queue's upper threshold (higher first), the last queue FIFO by first
+    start like 2D-LAS. The distribution learns the total GPU service of every completed job
+    when ``learn``. ``variant``: "as-written" (default) or "authors" (see
+    coordinator.core.gittins). Orders are re-evaluated at events, demotions, promotions and
+    interval ticks; a running job whose index drops below a waiting one's between those waits
+    for the next (the index is not monotone, so there is no cheap exact crossing time). With
+    ``SchedulerConfig.interval``, a running job's index is that of its service at the last
+    tick, as for ``Las``: the interval bounds that delay, and jobs of close indices take turns
+    at most once per tick instead of at every arrival or completion anywhere."""
+
+    name = "tiresias-g"
+
+    def __init__(
+        self,
+        distribution: ServiceDistribution | None = None,
+        *,
+        learn: bool = True,
+        variant: str = "as-written",
+    ) -> None:
+        if variant not in GITTINS_VARIANTS:
+            raise CoreError(f"unknown Gittins variant {variant!r}; valid: {GITTINS_VARIANTS}")
+        super().__init__(distribution)
+        self.learn = learn
+        self.variant = variant
+        self._authors = variant == "authors"
+
+    def bind(self, config: SchedulerConfig) -> None:
+        super().bind(config)
+        self._indexed_version = self.distribution.version
+
+    def fixed_while_running(self, job: Job) -> bool:
+        return job.queue >= len(self.thresholds)
+
+    def refresh(self, now: float) -> None:
+        super().refresh(now)
+        if self._indexed_version != self.distribution.version:  # waiting keys are stale
+            self._indexed_version = self.distribution.version
+            last = len(self.thresholds)
+            for job in [
+                j for j in self._members.values() if j.state is JobState.WAITING and j.queue < last
+            ]:
+                self.changed(job, now)
+
+    def key(self, job: Job, now: float) -> Key:
+        q = job.queue
+        if q >= len(self.thresholds):
+            return (q, 0.0, *self._in_queue(job))
+        a = job.spec.gpus * executed_for_order(job, now, self.config.interval)
+        g = self.distribution.index(a, self.thresholds[q], self._authors)
+        return (q, -g, *fifo_by_start(job))  # an index tie: the earlier start
+
+    def _running_keys(self, now: float) -> Iterable[Key]:
+        """Running jobs in queues above every waiting job all keep their GPUs whatever their
+        order among themselves, so their index (the costly part) is skipped: the pass only
+        compares them with waiting jobs, which all sort after them by queue."""
+        top = self._waiting[0][0] if self._waiting else math.inf
+        for j in self._running_dyn.values():
+            yield self.key(j, now) if j.queue >= top else (j.queue, 0.0, *fifo_by_start(j))
+
+    def _learns(self) -> bool:
+        return self.learn
+
+    def load_state(self, state: dict[str, Any]) -> None:
+        super().load_state(state)
+        self._indexed_version = self.distribution.version
