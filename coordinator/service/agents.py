@@ -103,6 +103,9 @@ class AgentFleet:
         )
         return self._to_node(node, frame)
 
+    def forget(self, job_id: str) -> None:
+        """Agents keep nothing of a job between its starts."""
+
     # --- inventory ----------------------------------------------------------------------
     def nodes(self) -> dict[str, NodeInfo]:
         mono = time.monotonic()
@@ -124,11 +127,11 @@ class AgentFleet:
             if mono - seen > self.heartbeat_timeout:
                 why = f"missed heartbeats for {mono - seen:.1f}s"
                 log.warning("node %s %s; declaring it down", node, why)
-                self.forget(node)
+                self._drop(node)
                 lost.append(NodeLost(node, why))
         return lost
 
-    def forget(self, node: str) -> None:
+    def _drop(self, node: str) -> None:
         route = self.routes.pop(node, None)
         if route is not None:
             self.nodes_by_route.pop(route, None)

@@ -121,6 +121,10 @@ class Executor(Protocol):
         """Stop the parts on ``nodes`` now (``grace``: a moment to finish on their own
         first, e.g. peers of a completed chief)."""
 
+    def forget(self, job_id: str) -> None:
+        """The job is finished for good (completed, failed, cancelled): drop what is kept
+        for it between starts (e.g. a held batch job)."""
+
     def nodes(self) -> Mapping[str, NodeInfo]:
         """The inventory: every node known now, by name."""
 

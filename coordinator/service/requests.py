@@ -109,8 +109,7 @@ def cancel(c: Server, rid: bytes, msg: dict[str, Any]) -> dict[str, Any]:
     with c.atomic():
         c.act(c.core(events.Cancel(job_id, c.clock.now())))
         if c.sched.job(job_id).state.finished:  # it was not running
-            c.book.records[job_id].ended = time.time()
-            c.book.ledger.save(job_id)
+            c.book.finished(job_id, c.when())
     c.dirty = True
     return {"job_id": job_id, "state": c.sched.job(job_id).state.value}
 

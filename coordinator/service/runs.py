@@ -31,7 +31,7 @@ from coordinator.service.agent import SETTLE
 from coordinator.service.executor import Executor, Gang, ProcessLaunch
 from coordinator.service.metrics import Metrics
 from coordinator.service.records import JobRecord, Lost, Run
-from tiresias_launch.contract import EXIT_CHECKPOINTED, JOB_TOKEN
+from tiresias_launch.contract import EXIT_CHECKPOINTED, JOB_TOKEN, PREEMPT_SIGNAL
 
 log = logging.getLogger("tiresias.coordinator")
 
@@ -71,7 +71,14 @@ class KillParts:
     grace: float = 0.0
 
 
-Command = LaunchGang | Signal | KillParts
+@dataclass(frozen=True)
+class Forget:
+    """The job is finished for good."""
+
+    job_id: str
+
+
+Command = LaunchGang | Signal | KillParts | Forget
 
 
 def send(commands: list[Command], executor: Executor) -> None:
@@ -81,8 +88,10 @@ def send(commands: list[Command], executor: Executor) -> None:
             executor.launch(cmd.gang)
         elif isinstance(cmd, Signal):
             executor.signal(cmd.job_id, cmd.restart, cmd.nodes, cmd.signal, cmd.grace)
-        else:
+        elif isinstance(cmd, KillParts):
             executor.kill(cmd.job_id, cmd.restart, cmd.nodes, cmd.grace)
+        else:
+            executor.forget(cmd.job_id)
 
 
 class Ledger(Protocol):
@@ -132,7 +141,7 @@ def plan_gang(
         job_key=rec.key,
     )
     parts: dict[str, list[ProcessLaunch]] = {}
-    extra = {"TIRESIAS_PREEMPT_SIGNAL": settings.preempt_signal, JOB_TOKEN: req.token}
+    extra = {PREEMPT_SIGNAL: settings.preempt_signal, JOB_TOKEN: req.token}
     for s in specs:
         env = {**req.env, **s.env, **extra}
         parts.setdefault(s.node, []).append(
@@ -273,7 +282,7 @@ class RunBook:
         self.ledger.core(events.Exited(job_id, when.now, outcome))
         state = self.sched.job(job_id).state
         if state.finished:
-            rec.ended = when.wall
+            self.finished(job_id, when)
         if state is JobState.COMPLETED:
             rec.exit_code = 0
         elif state is JobState.CANCELLED and rec.exit_code is None:
@@ -367,10 +376,17 @@ class RunBook:
                 log.warning("node %s no longer runs %s; it is lost", node, job_id)
                 self.part_ended(job_id, node, "lost", [], when)
 
-    # --- submit -------------------------------------------------------------------------
+    # --- submit and end -----------------------------------------------------------------
     def add(self, job_id: str, rec: JobRecord) -> None:
         self.records[job_id] = rec
         self.ledger.save(job_id)
+
+    def finished(self, job_id: str, when: When) -> None:
+        """The core finished the job for good (its last run ended, or it was cancelled
+        while it had none)."""
+        self.records[job_id].ended = when.wall
+        self.ledger.save(job_id)
+        self.commands.append(Forget(job_id))
 
 
 def run_outcome(run: Run) -> ExitOutcome:

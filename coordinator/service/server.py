@@ -18,7 +18,7 @@ from coordinator.service.identity import Peer
 from coordinator.service.logfetch import LogFetches
 from coordinator.service.options import Options
 from coordinator.service.recovery import Clock
-from coordinator.service.runs import RunBook
+from coordinator.service.runs import RunBook, When
 from coordinator.service.store import Store
 
 
@@ -52,6 +52,9 @@ class Server(Protocol):
 
     def act(self, decisions: list[Decision]) -> None:
         """Turn core decisions into executor commands (inside ``atomic``)."""
+
+    def when(self) -> When:
+        """This moment on each clock (core, monotonic, wall)."""
 
     def apply(self, event: ExecutorEvent) -> bool:
         """Act on an executor event; False when it is stale news."""

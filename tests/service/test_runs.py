@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from coordinator.core import events
 from coordinator.service.agent import SETTLE
-from coordinator.service.runs import KillParts, LaunchGang, Signal
+from coordinator.service.runs import Forget, KillParts, LaunchGang, Signal
 from tiresias_launch.contract import JOB_TOKEN
 
 from .runbook import GRACE, HEARTBEAT, Bench
@@ -49,6 +49,7 @@ def test_a_failed_part_stops_the_others_and_fails_the_job_once_all_are_gone() ->
     rec = bench.book.records["j1"]
     assert bench.state("j1") == "failed" and rec.exit_code == 3 and rec.run is None
     assert rec.ended == bench.when(1.5).wall
+    assert bench.take() == [Forget("j1")]  # the executor may drop what it kept for the job
     assert not bench.book.is_current("j1", 0, "n2")  # a resent exit is old news
 
 
@@ -83,6 +84,7 @@ def test_a_preemption_signals_with_a_grace_then_insists_then_resumes_from_the_ch
     assert bench.take() == [KillParts("j1", 0, ("n",))]
     bench.exit("j1", "n", "checkpointed", 4.0, codes=(75,))
     assert bench.state("j1") == "waiting" and bench.book.records["j1"].lost is None
+    assert bench.take() == []  # not finished: nothing to forget
     (start,) = bench.schedule(4.0)
     assert isinstance(start, LaunchGang) and start.gang.job_id == "j2"
 
