@@ -38,14 +38,14 @@ from coordinator.core.config import DEFAULT_QUEUE_THRESHOLDS, thresholds_text
 from coordinator.core.model import CoreError, JobState
 from coordinator.core.policies import POLICY_NAMES
 from coordinator.gang import GangRequest
+from coordinator.scheduling_flags import scheduling_fields, scheduling_options
 from coordinator.service.agent import Agent
-from coordinator.service.cli import scheduling_fields, scheduling_options
 from coordinator.service.client import Client, RequestError, client_keys
 from coordinator.service.coordinator import Coordinator, Options
 from coordinator.service.gpus import MAX_VIRTUAL_GPUS, discover_gpus, nvml_gpus
 from coordinator.service.views import run_events
 
-DESCRIPTION = __doc__.split("\n\n")[0].replace("``", "")
+DESCRIPTION = __doc__.replace("``", "")
 
 
 class Embedded:

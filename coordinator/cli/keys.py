@@ -52,7 +52,7 @@ def generate(directory: str, as_json: bool) -> int:
 @keys.command("init", help="user or agent: your own keypair (made on first use anyway)")
 @argument(
     "directory",
-    metavar="DIR",
+    metavar="[DIR]",
     required=False,
     help="default $XDG_CONFIG_HOME/tiresias, else ~/.config/tiresias",
 )

@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 import signal
 import sys
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +17,6 @@ import click
 import zmq
 
 from coordinator.argtypes import (
-    FACTOR,
     FLOATS,
     FRACTION,
     PORT,
@@ -26,11 +25,12 @@ from coordinator.argtypes import (
     SECONDS,
 )
 from coordinator.clikit import Command, option, run
-from coordinator.core.config import DEFAULT_QUEUE_THRESHOLDS, QUEUE_ORDERS, thresholds_text
+from coordinator.core.config import DEFAULT_QUEUE_THRESHOLDS, thresholds_text
 from coordinator.core.gittins import GITTINS_VARIANTS
 from coordinator.core.model import CoreError
 from coordinator.core.placement import DEFAULT_PACKLIMIT, PLACEMENT_NAMES
 from coordinator.core.policies import POLICY_NAMES
+from coordinator.scheduling_flags import scheduling_options
 from coordinator.service.coordinator import Coordinator, Options
 from coordinator.service.options import MAX_JOB_SIZE
 from coordinator.service.ports import PORT_RANGE
@@ -39,63 +39,6 @@ DESCRIPTION = (
     "The coordinator service: a single-threaded ZeroMQ event loop around the scheduler core."
 )
 PATH = click.Path(path_type=Path)
-#: The ``Options`` fields :func:`scheduling_options` sets.
-SCHEDULING = ("queue_order", "min_run", "min_run_restores", "cheap_victims", "learn_thresholds")
-
-
-def scheduling_options(mode: str = "") -> Callable[[Callable], Callable]:
-    """The scheduling options the simulator measured (docs/simulator.md), under
-    ``tiresias-sim``'s names; ``tiresias-run`` adds them with ``mode`` "embedded mode: "."""
-    decorators = [
-        option(
-            "--queue-order",
-            type=click.Choice(QUEUE_ORDERS),
-            default=Options.queue_order,
-            metavar="|".join(QUEUE_ORDERS),
-            help=f"{mode}order inside a tiresias queue: running jobs ahead of waiting ones, or "
-            "FIFO by first start (a preempted job may evict a later-started one)",
-        ),
-        option(
-            "--min-run",
-            type=SECONDS,
-            default=Options.min_run,
-            metavar="S",
-            show_default=f"{Options.min_run:g}: off",
-            help=f"{mode}a started job runs at least S seconds before it may be preempted",
-        ),
-        option(
-            "--min-run-restores",
-            type=FACTOR,
-            default=Options.min_run_restores,
-            show_default=f"{Options.min_run_restores:g}: off",
-            help=f"{mode}… and at least X times its restore cost, as its runtime measured it "
-            "(start-up, restore and first step)",
-        ),
-        option(
-            "--cheap-victims/--no-cheap-victims",
-            default=Options.cheap_victims,
-            help=f"{mode}preempt the running jobs of a queue that are cheapest to stop and "
-            "restart first (checkpoint + restore seconds, as measured)",
-        ),
-        option(
-            "--learn-thresholds/--no-learn-thresholds",
-            default=Options.learn_thresholds,
-            help=f"{mode}tiresias-l/-g: learn the queue thresholds from completed jobs' GPU "
-            "service (re-learned online; --thresholds is where they start)",
-        ),
-    ]
-
-    def decorate(f: Callable) -> Callable:
-        for decorator in reversed(decorators):
-            f = decorator(f)
-        return f
-
-    return decorate
-
-
-def scheduling_fields(flags: Mapping[str, Any]) -> dict[str, Any]:
-    """``Options`` fields from the flags :func:`scheduling_options` added."""
-    return {name: flags[name] for name in SCHEDULING}
 
 
 @click.command("tiresias-coordinator", cls=Command, help=DESCRIPTION)

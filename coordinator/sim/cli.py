@@ -25,9 +25,10 @@ from coordinator.argtypes import (
 )
 from coordinator.clikit import ARGV, Command, argument, json_option, option, usage_error, words
 from coordinator.clikit import run as run_cli
-from coordinator.core import GITTINS_VARIANTS, POLICY_NAMES, QUEUE_ORDERS, ServiceDistribution
+from coordinator.core import GITTINS_VARIANTS, POLICY_NAMES, ServiceDistribution
 from coordinator.core.model import CoreError
 from coordinator.core.settings import build_scheduler
+from coordinator.scheduling_flags import scheduling_options
 from coordinator.sim.cluster import cluster_from_file, cluster_from_shape
 from coordinator.sim.engine import SimOptions, core_settings
 from coordinator.sim.report import Bins, format_report, json_summary, write_outputs
@@ -159,42 +160,7 @@ DESCRIPTION = (
 @option(
     "--promote-knob", type=float, metavar="X", section=SCHEDULING, help="PROMOTEKNOB (inf: never)"
 )
-@option(
-    "--queue-order",
-    type=click.Choice(QUEUE_ORDERS),
-    metavar="|".join(QUEUE_ORDERS),
-    section=SCHEDULING,
-    help="order inside a tiresias queue: running jobs ahead of waiting ones (default), or FIFO "
-    "by first start (a preempted job may evict a later-started one)",
-)
-@option(
-    "--learn-thresholds/--no-learn-thresholds",
-    default=None,
-    section=SCHEDULING,
-    help="tiresias-l/-g: learn the queue thresholds from completed jobs' GPU service "
-    "(Gittins-derived, re-learned online; --thresholds is where they start)",
-)
-@option(
-    "--min-run",
-    type=float,
-    metavar="S",
-    section=SCHEDULING,
-    help="a started job runs at least S seconds before it may be preempted",
-)
-@option(
-    "--min-run-restores",
-    type=float,
-    metavar="X",
-    section=SCHEDULING,
-    help="… and at least X times its restore cost (see --preempt-cost)",
-)
-@option(
-    "--cheap-victims/--no-cheap-victims",
-    default=None,
-    section=SCHEDULING,
-    help="preempt the running jobs of a queue that are cheapest to stop and restart first "
-    "(checkpoint + restore seconds, see --preempt-cost)",
-)
+@scheduling_options(section=SCHEDULING)
 @option(
     "--interval",
     type=SECONDS,
