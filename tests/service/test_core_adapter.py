@@ -4,12 +4,17 @@ cluster and ``tiresias-sim`` given the same options decide alike."""
 from __future__ import annotations
 
 import dataclasses
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
+from helpers import FAKE_JOB
 
 from coordinator.core.settings import Settings, build_scheduler
 from coordinator.service import cli
 from coordinator.service.coordinator import Options
+from coordinator.service.store import Store
 from coordinator.sim.engine import SimOptions, core_settings
 
 
@@ -90,3 +95,24 @@ def test_a_bad_scheduling_flag_is_one_line_and_exit_2(
     assert cli.main([bad]) == 2
     [line] = capsys.readouterr().err.splitlines()
     assert line.startswith(f"tiresias-coordinator: Invalid value for '{bad.split('=')[0]}'")
+
+
+def test_tiresias_run_gives_its_embedded_coordinator_the_scheduling_options(
+    tmp_path: Path,
+) -> None:
+    state = tmp_path / "state"
+    flags = "--min-run 5 --min-run-restores 3 --queue-order first-start --cheap-victims"
+    job = [str(FAKE_JOB), "--steps", "1", "--step-time", "0"]
+    done = subprocess.run(
+        [sys.executable, "-m", "coordinator.run", "--state", str(state), *flags.split(), *job],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+    )
+    assert done.returncode == 0, done.stderr
+    store = Store(state)
+    recorded = store.get_meta("core_options")
+    store.close()
+    expected = {"min_run": 5.0, "min_run_restores": 3.0, "queue_order": "first-start"}
+    assert {k: recorded[k] for k in expected} == expected and recorded["cheap_victims"] is True
