@@ -229,6 +229,21 @@ PATH = click.Path(path_type=Path)
     f"through the {PORT_RANGE} from here, starting at a random one (jobs on this machine get "
     "ports the OS says are free)",
 )
+@option(
+    "--executor",
+    type=click.Choice(["agents", "slurm"]),
+    default=Options.executor,
+    metavar="agents|slurm",
+    help="who runs the jobs: tiresias-agent on each node, or the Slurm partition "
+    "--slurm-partition, with the Slurm commands on PATH (docs/slurm.md)",
+)
+@option(
+    "--slurm-partition",
+    default=Options.slurm_partition,
+    metavar="NAME",
+    help="with --executor slurm: the partition whose nodes Tiresias schedules; its jobs are "
+    "the coordinator's",
+)
 def command(**flags: Any) -> int:
     opts = options(**flags)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")

@@ -38,6 +38,7 @@ from coordinator.service import (
     profiler,
     recovery,
     requests,
+    slurm,
 )
 from coordinator.service import keys as curve
 from coordinator.service.executor import (
@@ -79,6 +80,8 @@ class Coordinator:
         self.stop = threading.Event()
         self.ready = threading.Event()
         self.fleet = agents.AgentFleet(self._send, opts.heartbeat_timeout)
+        if executor is None and opts.executor == "slurm":
+            executor = slurm.executor_for(opts)
         self.executor: Executor = executor or self.fleet
         self.logs = LogFetches(self._send)
         self.settings = RunSettings(

@@ -54,6 +54,9 @@ class Options:
     port_base: int = 30000
     snapshot_every: int = 500
     max_job_size: int = MAX_JOB_SIZE
+    #: Who runs the jobs: our node agents, or a Slurm partition (docs/slurm.md).
+    executor: str = "agents"
+    slurm_partition: str = "tiresias"
 
     @property
     def checkpoints(self) -> Path:

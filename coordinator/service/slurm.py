@@ -41,6 +41,8 @@ from coordinator.service.executor import (
     NodeUp,
     PartExited,
 )
+from coordinator.service.keys import server_public
+from coordinator.service.options import Options
 from coordinator.service.slurm_ctl import (
     ACTIVE,
     PREFIX,
@@ -53,7 +55,7 @@ from coordinator.service.slurm_ctl import (
     process_exit,
 )
 from coordinator.service.slurm_task import exits, launch_file, log_dir, write_json
-from tiresias_launch.contract import COORDINATOR
+from tiresias_launch.contract import COORDINATOR, SERVER_KEY
 
 log = logging.getLogger("tiresias.slurm")
 
@@ -93,9 +95,12 @@ class SlurmExecutor:
         interval: float = 0.5,
         slurm: Slurm | None = None,
         python: str = sys.executable,
+        env: Mapping[str, str] | None = None,
     ) -> None:
         self.spool = spool.resolve()
         self.coordinator = coordinator
+        #: Variables every process gets below its own (the coordinator's CURVE key).
+        self.env = {COORDINATOR: coordinator, **(env or {})}
         self.interval = interval
         self.slurm = slurm or Slurm(partition)
         self.python = python
@@ -106,6 +111,19 @@ class SlurmExecutor:
         self._found = False  # jobs found again after a restart
         self._queued: list[ExecutorEvent] = []
         self._expected: set[str] = set()
+
+    def check(self) -> None:
+        """Refuse to start against a Slurm that does not answer or a partition without
+        nodes (ValueError naming the problem)."""
+        try:
+            nodes = self.slurm.nodes()
+        except (SlurmError, ValueError, KeyError) as e:
+            raise ValueError(f"--executor slurm: cannot read Slurm's nodes: {e}") from None
+        if not nodes:
+            raise ValueError(
+                f"--executor slurm: partition {self.slurm.partition!r} has no nodes "
+                f"(sinfo -p {self.slurm.partition}); name one with --slurm-partition"
+            )
 
     # --- commands ---------------------------------------------------------------------
     def launch(self, gang: Gang) -> None:
@@ -123,7 +141,7 @@ class SlurmExecutor:
         parts = {
             node: [
                 {"role": p.role, "task_index": p.task_index, "argv": list(p.argv),
-                 "env": {COORDINATOR: self.coordinator, **p.env}, "gpus": list(p.gpus),
+                 "env": {**self.env, **p.env}, "gpus": list(p.gpus),
                  "cwd": p.cwd}
                 for p in gang.parts[node]
             ]
@@ -252,6 +270,13 @@ class SlurmExecutor:
             with contextlib.suppress(SlurmError):
                 self.slurm.hold(start.slurm_id)
 
+    def forget(self, job_id: str) -> None:
+        """The job is finished for good: a Slurm job kept held for its next start goes."""
+        start = self.starts.pop(job_id, None)
+        if start is not None and start.reusable:
+            with contextlib.suppress(SlurmError):
+                self.slurm.cancel(start.slurm_id)
+
     def nodes(self) -> dict[str, NodeInfo]:
         return dict(self._inventory)
 
@@ -376,6 +401,24 @@ class SlurmExecutor:
             log.info("job %s restart %d (Slurm %s) ended: %s", start.job_id, start.restart,
                      start.slurm_id, state)  # fmt: skip
         return events
+
+
+def executor_for(opts: Options) -> SlurmExecutor:
+    """The Slurm executor ``tiresias-coordinator --executor slurm`` runs with: job
+    directories under the state directory (shared by every node), processes told the
+    coordinator's address (and its CURVE key)."""
+    env = {}
+    if opts.curve_keys is not None:
+        env[SERVER_KEY] = server_public(opts.curve_keys).decode()
+    executor = SlurmExecutor(
+        opts.state / "slurm",
+        opts.bind,
+        opts.slurm_partition,
+        slurm=Slurm(opts.slurm_partition),
+        env=env,
+    )
+    executor.check()
+    return executor
 
 
 def _me() -> str:

@@ -1,0 +1,92 @@
+"""``tiresias-coordinator --executor slurm`` end to end: real coordinator processes, the
+``tiresias`` CLI, a real Slurm, real signals and the fake job's exact checkpoints."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from helpers import wait_until
+from service.conftest import Cluster
+
+from coordinator.core.model import JobSpec, Node
+from coordinator.service.store import Store
+from coordinator.sim.engine import simulate
+from tools.slurm_local import LocalSlurm
+
+STEP = "0.05"
+
+
+@pytest.fixture
+def cluster(slurm: LocalSlurm, tmp_path: Path) -> Iterator[Cluster]:
+    c = Cluster(tmp_path)
+    c.env["SLURM_CONF"] = str(slurm.conf)
+    yield c
+    c.close()
+    print(c.dump_logs())
+
+
+def sacct_states(slurm: LocalSlurm, key: str) -> list[str]:
+    """The runs of the Slurm job named after the Tiresias job ``key``, oldest first."""
+    out = slurm.run("sacct", "-c", "-n", "-P", "-o", "jobname,state")
+    return [state for name, state in (line.split("|") for line in out.split()) if key in name]
+
+
+def running(cluster: Cluster, job_id: str, restarts: int) -> bool:
+    view = cluster.job(job_id)
+    return bool(view["state"] == "running" and view["restarts"] == restarts)
+
+
+def test_policy_preemption_through_slurm(cluster: Cluster, slurm: LocalSlurm) -> None:
+    """One 2-GPU Slurm node: a long 2-GPU job is demoted, a short job arrives, preempts it and
+    finishes first; the long job resumes at the exact step it checkpointed and finishes; the
+    decisions are the simulator's for the same events, and sacct shows the requeue."""
+    cluster.start_coordinator(
+        *("--executor", "slurm", "--slurm-partition", "one", "--manual-clock"),
+        *("--policy", "tiresias-l", "--thresholds", "4", "--grace", "30"),
+    )
+    cluster.wait_nodes("n1")
+    long = cluster.submit("--steps", "40", "--step-time", STEP, "--hold-at", "5", workers=2)
+    wait_until(lambda: "holding at step 5" in cluster.logs(long), 60, "the long job to hold")
+    cluster.client.request("advance", seconds=3.0)  # 6 GPU-s attained: demoted to Q2
+    short = cluster.submit("--steps", "4", "--step-time", STEP)
+    wait_until(lambda: cluster.state_of(short) == "completed", 60, "the short job")
+    assert cluster.state_of(long) != "completed"  # the short job finished first
+    wait_until(lambda: cluster.state_of(long) == "completed", 60, "the long job to finish")
+    logs = cluster.logs(long)
+    assert "checkpointed at step 5" in logs and "start at step 5 (restart 1" in logs
+    assert cluster.job(long)["restarts"] == 1
+    key = cluster.job(long)["key"]
+    assert sacct_states(slurm, key) == ["FAILED", "COMPLETED"]  # exit 75 requeued, then done
+
+    audit = Store(cluster.state)
+    live = [(kind, job_id) for _, kind, job_id, _ in audit.decisions()]
+    audit.close()
+    specs = [JobSpec("j1", 2, arrival=0.0, duration=100.0), JobSpec("j2", 1, 3.0, 0.2)]
+    result = simulate(specs, [Node("n1", (0, 1))], "tiresias-l", thresholds=(4.0,),
+                      keep_decisions=True)  # fmt: skip
+    simulated = [(type(d).__name__.lower(), d.job_id) for _, d in result.decisions]
+    assert live == simulated == [("start", "j1"), ("preempt", "j1"), ("start", "j2"),
+                                 ("start", "j1")]  # fmt: skip
+
+
+def test_coordinator_killed_mid_run(cluster: Cluster, slurm: LocalSlurm) -> None:
+    """kill -9 of the coordinator while a 2-node gang runs and another job waits; after the
+    restart nothing is lost (both complete) and nothing runs twice (one start each)."""
+    args = ("--executor", "slurm", "--slurm-partition", "tiresias", "--policy", "yarn-cs")
+    cluster.start_coordinator(*args)
+    cluster.wait_nodes("n1", "n2")
+    gang = cluster.submit("--steps", "100", "--step-time", STEP, workers=4)
+    waiting = cluster.submit("--steps", "3", "--step-time", STEP)
+    wait_until(lambda: "step 10\n" in cluster.logs(gang), 60, "the gang to get going")
+    assert cluster.state_of(waiting) == "waiting"
+    cluster.kill_coordinator()
+    cluster.start_coordinator()
+    wait_until(lambda: cluster.state_of(gang) == "completed", 60, "the gang to finish")
+    wait_until(lambda: cluster.state_of(waiting) == "completed", 60, "the waiting job")
+    for job, processes in ((gang, 4), (waiting, 1)):  # each process started once
+        assert cluster.job(job)["restarts"] == 0
+        assert cluster.logs(job).count(f"=== {job} restart 0 on") == processes
+    assert "done after 100 steps" in cluster.logs(gang)
+    assert sacct_states(slurm, cluster.job(gang)["key"]) == ["COMPLETED"]
