@@ -117,8 +117,11 @@ def test_victim_ignoring_the_signal_is_requeued_held_at_the_deadline(
     assert time.monotonic() - signalled >= 3.0  # not before the deadline
     assert d.exits("j2", 0)["n2"].outcome == "preempted"  # stopped without a checkpoint
     assert "got SIGTERM" in log_of(spool, "j2-test", "n2")
-    assert job_state(slurm, ex.starts["j2"].slurm_id) == ("PENDING", "job_requeued_in_held_state")
+    held = ex.starts["j2"].slurm_id
+    assert job_state(slurm, held) == ("PENDING", "job_requeued_in_held_state")
     assert slurm.states()["n2"] == "idle"  # its GPUs are free
+    ex.forget("j2")  # e.g. cancelled while it waits: the held Slurm job goes too
+    assert job_state(slurm, held)[0] == "CANCELLED"
 
 
 def test_a_restarted_executor_finds_its_running_job(slurm: LocalSlurm, shared: Path) -> None:
