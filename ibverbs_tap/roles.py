@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from ibverbs_tap.profile import FILE_PREFIX, ProcessProfile, environ_of
+from tiresias_launch import contract as C
 
 Cluster = Mapping[str, Mapping[int, str]]  # task type -> index -> address (``cluster_of``)
 Endpoints = dict[tuple[str, int], str]  # (ip, port) -> role
@@ -133,8 +134,8 @@ def own_role(environ: Mapping[str, str]) -> str | None:
         task = (environ_tf_config(environ) or {}).get("task", {})
         if isinstance(task, dict) and "type" in task:
             return f"{task['type']}{task.get('index', 0)}"
-    if "TIRESIAS_ROLE" in environ:
-        return f"{environ['TIRESIAS_ROLE']}{environ.get('TIRESIAS_TASK_INDEX', '0')}"
+    if C.ROLE in environ:
+        return f"{environ[C.ROLE]}{environ.get(C.TASK_INDEX, '0')}"
     return None
 
 
@@ -163,7 +164,7 @@ def gang_addresses(environ: Mapping[str, str]) -> dict[str, str]:
     reports to (``TIRESIAS_COORDINATOR``) and a Horovod job's Gloo rendezvous; empty where
     the environment names none."""
     found: dict[str, str] = {}
-    coordinator = environ.get("TIRESIAS_COORDINATOR", "")
+    coordinator = environ.get(C.COORDINATOR, "")
     if coordinator.startswith("tcp://"):
         found["coordinator"] = coordinator[len("tcp://") :]
     if "HOROVOD_GLOO_RENDEZVOUS_ADDR" in environ and "HOROVOD_GLOO_RENDEZVOUS_PORT" in environ:
@@ -175,7 +176,7 @@ def gang_addresses(environ: Mapping[str, str]) -> dict[str, str]:
 
 
 #: What makes processes one Tiresias job on a machine (``job_pids``).
-JOB_VARIABLES = ("TIRESIAS_JOB_ID", "TIRESIAS_COORDINATOR")
+JOB_VARIABLES = (C.JOB_ID, C.COORDINATOR)
 
 
 def job_pids(pid: int) -> list[int]:
@@ -183,7 +184,7 @@ def job_pids(pid: int) -> list[int]:
     job: the same TIRESIAS_JOB_ID and TIRESIAS_COORDINATOR. Raises ValueError when ``pid``
     has no TIRESIAS_JOB_ID."""
     environ = environ_of(pid)
-    if "TIRESIAS_JOB_ID" not in environ:
+    if C.JOB_ID not in environ:
         raise ValueError(f"process {pid} has no TIRESIAS_JOB_ID: it is not a Tiresias job process")
     job = [environ.get(v) for v in JOB_VARIABLES]
     others = sorted(
@@ -266,9 +267,9 @@ def labelled(
 #: What ``labelled`` reads from a process's environment.
 ROLE_VARIABLES = (
     "TF_CONFIG",
-    "TIRESIAS_ROLE",
-    "TIRESIAS_TASK_INDEX",
-    "TIRESIAS_COORDINATOR",
+    C.ROLE,
+    C.TASK_INDEX,
+    C.COORDINATOR,
     "HOROVOD_GLOO_RENDEZVOUS_ADDR",
     "HOROVOD_GLOO_RENDEZVOUS_PORT",
 )
