@@ -6,8 +6,10 @@ process is the traffic of the window between them (``ProcessProfile.since``).
 
 from __future__ import annotations
 
+import errno
 import ipaddress
 import os
+import stat
 import struct
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
@@ -340,6 +342,28 @@ def _denied(path: object) -> str:
     return f"cannot read {path}: permission denied (run as the process's user or root)"
 
 
+#: Largest profile file read (one is 2.1 MB): a reader running as root never reads more.
+MAX_FILE_BYTES = 16 << 20
+
+
+def _read(path: str | os.PathLike[str]) -> bytes:
+    """The bytes of a profile file, never through a symbolic link, from anything but a
+    regular file, or past MAX_FILE_BYTES (a job's user may put anything at its path)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise TapError(f"{path} is a symbolic link, not a profile") from None
+        raise
+    with os.fdopen(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+            raise TapError(f"{path} is not a regular file")
+        raw = f.read(MAX_FILE_BYTES + 1)
+    if len(raw) > MAX_FILE_BYTES:
+        raise TapError(f"{path} is larger than any profile ({MAX_FILE_BYTES} bytes)")
+    return raw
+
+
 def _ticks(raw: bytes) -> int:
     return HEADER.unpack_from(raw)[10]
 
@@ -347,7 +371,7 @@ def _ticks(raw: bytes) -> int:
 def read_file(path: str | os.PathLike[str]) -> ProcessProfile:
     """A profile file as it is, whether or not its process still runs (``run`` dumps these)."""
     try:
-        raw = Path(path).read_bytes()
+        raw = _read(path)
     except PermissionError:
         raise TapError(_denied(path)) from None
     except FileNotFoundError:
@@ -387,7 +411,7 @@ def read_process(pid: int, directory: str | None = None) -> ProcessProfile:
     path = os.path.join(directory, f"{FILE_PREFIX}{pid}")
     ticks = _proc_start_ticks(pid)
     try:
-        raw = Path(path).read_bytes()
+        raw = _read(path)
     except FileNotFoundError:
         if ticks is None:
             raise ProcessGoneError(f"process {pid} does not exist") from None

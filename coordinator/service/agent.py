@@ -158,7 +158,11 @@ class Agent:
         if part.tapped is None or part.reported is not None or part.stopping is not None:
             return
         pids = [p.popen.pid for p in part.alive if p.popen is not None and p.role != "ps"]
-        per_ps = part.tapped.measure(pids)
+        try:
+            per_ps = part.tapped.measure(pids)
+        except Exception:  # one job's unreadable profile must not stop the node's agent
+            log.exception("job %s: cannot measure its traffic", part.job_id)
+            return
         if per_ps is None:
             return
         assert self._sock is not None

@@ -46,14 +46,17 @@ def skew_from_report(tensor_bytes: Sequence[int] | None, num_ps: int) -> float |
     return ibverbs_tap.skew_from_tensor_sizes(tensor_bytes, num_ps)
 
 
-def traffic_of(pids: Iterable[int], ps_addresses: Sequence[str]) -> dict[str, int]:
+def traffic_of(
+    pids: Iterable[int], ps_addresses: Sequence[str], directory: str | None = None
+) -> dict[str, int]:
     """Bytes the traced processes ``pids`` exchanged with each PS address (client side);
     processes that are gone or untraced are skipped, and addresses that do not resolve give
-    no traffic (empty)."""
+    no traffic (empty). ``directory``: where the profiles are (default: each process's
+    IBVERBS_TAP_DIR, else /dev/shm)."""
     profiles = []
     for pid in pids:
         try:
-            profiles.append(ibverbs_tap.read_process(pid))
+            profiles.append(ibverbs_tap.read_process(pid, directory))
         except ibverbs_tap.TapError:
             continue
     if not profiles or not ps_addresses:
@@ -145,7 +148,7 @@ class Tapped:
 
     def measure(self, pids: Iterable[int]) -> dict[str, int] | None:
         """Bytes per PS now, when they grew since the last measure (else None)."""
-        per_ps = traffic_of(pids, self.ps_addresses)
+        per_ps = traffic_of(pids, self.ps_addresses, self.directory)
         if not sum(per_ps.values()) or per_ps == self.sent:
             return None
         self.sent = per_ps

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 from hypothesis import given
@@ -13,7 +15,7 @@ from hypothesis import strategies as st
 import ibverbs_tap
 from coordinator.service import profiler
 from ibverbs_tap import Peer, ProcessProfile, roles
-from ibverbs_tap.profile import Histogram, merge_peers
+from ibverbs_tap.profile import MAX_FILE_BYTES, Histogram, TapError, merge_peers, read_process
 from ibverbs_tap.skew import assign_tensors
 
 
@@ -215,3 +217,22 @@ def test_gang_ps_from_the_processes_environments() -> None:
         for proc in (launcher, a, b, c, bad):
             proc.kill()
             proc.wait()
+
+
+def test_a_profile_path_is_read_only_as_a_bounded_regular_file(tmp_path: Path) -> None:
+    """A root agent reads profiles at paths a job's user controls: a link, a FIFO or a huge
+    file there is refused at once, never followed, blocked on or read whole."""
+    me = os.getpid()
+    path = tmp_path / f"ibverbs-tap.{me}"
+    path.symlink_to("/dev/zero")
+    with pytest.raises(TapError, match="symbolic link"):
+        read_process(me, str(tmp_path))
+    path.unlink()
+    os.mkfifo(path)
+    with pytest.raises(TapError, match="not a regular file"):
+        read_process(me, str(tmp_path))
+    path.unlink()
+    with path.open("wb") as f:
+        f.truncate(MAX_FILE_BYTES + 1)  # sparse
+    with pytest.raises(TapError, match="larger than any profile"):
+        read_process(me, str(tmp_path))
