@@ -4,6 +4,7 @@ node; a job's runtime reports with its job's token."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -146,3 +147,15 @@ def test_tcp_without_curve_is_refused(tmp_path: Path) -> None:
         timeout=60,
     )
     assert out.returncode == 2 and "plain TCP carries no identity" in out.stderr
+
+
+def test_keys_commands_say_what_they_made_in_json(tmp_path: Path) -> None:
+    made = json.loads(keys("generate", str(tmp_path / "operator"), "--json"))
+    assert Path(made["directory"]) == tmp_path / "operator"
+    assert Path(made["server_key"]).read_text() == (tmp_path / "operator/server.key").read_text()
+    home = tmp_path / "alice"
+    public = json.loads(keys("init", str(home), "--server-key", made["server_key"], "--json"))
+    assert Path(public["public_key"]) == home / "client.key"
+    added = json.loads(keys("add-user", made["directory"], "alice", public["public_key"], "--json"))
+    assert added["name"] == "alice"
+    assert Path(added["key"]).read_text() == (home / "client.key").read_text()
