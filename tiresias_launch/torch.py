@@ -9,12 +9,18 @@ makes the interrupted epoch skip, by index, the batches it already trained. Only
 writes; every rank restores before its first step. In a multi-process gang
 (``torch.distributed`` initialised, as ``init_process_group()`` does from the environment
 ``tiresias-run`` gives) the ranks agree on the stop step through one tiny all-reduce.
+
+A model sharded over the ranks (FSDP2's ``fully_shard``, or an FSDP wrapper) is saved with
+``torch.distributed.checkpoint`` instead, together with its optimizers: every rank writes and
+reads only its own shards, into and from the chief's checkpoint directory (the checkpoint
+root is shared), and keeps its RNG states and the other objects in a file of its own.
 """
 
 from __future__ import annotations
 
 import itertools
 import random
+import sys
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -153,6 +159,7 @@ class TorchCheckpointer:
         if not self.modules:
             raise ValueError("tiresias.State needs the model (a torch.nn.Module), e.g. model=…")
         self.described = describe(self.modules)
+        self.sharded = _sharded(self.objects)
 
     def join(self, rt: Runtime) -> None:
         """Collective stop decisions in multi-process gangs (idempotent)."""
@@ -183,25 +190,109 @@ class TorchCheckpointer:
         return rt.restore(self.described, read)
 
     def save(self, rt: Runtime, step: int, position: dict[str, Any]) -> Checkpoint | None:
-        """Write a checkpoint of ``step``; only the chief's copy is kept."""
+        """Write a checkpoint of ``step``; only the chief's copy is kept (a sharded model's
+        ranks all write their shards into it)."""
         if not rt.needs_save(step):
             return None
-        return rt.save(step, self.described, self._write, position)
+        sharded = self.sharded is not None
+        return rt.save(step, self.described, self._write, position, every_rank_writes=sharded)
 
     def _write(self, directory: Path) -> None:
-        state = {name: o.state_dict() for name, o in self.objects.items()}
+        objects, name = self.objects, STATE_FILE
+        if self.sharded is not None:
+            # every rank writes its own shards (and RNG states) into the chief's directory,
+            # which is on the checkpoint root all ranks share
+            [chief_dir] = _broadcast([str(directory)])
+            directory, name = Path(chief_dir), _rank_file()
+            objects = {n: o for n, o in objects.items() if n not in self.sharded.names}
         passes = [sampler._tiresias_pass_rng for _, sampler in self.loaders]
+        state = {n: o.state_dict() for n, o in objects.items()}
         saved = {"objects": state, "rng": rng_states(), "passes": passes}
-        torch.save(saved, directory / STATE_FILE)
+        torch.save(saved, directory / name)
+        if self.sharded is not None:
+            # collective: when it returns on the chief, every rank has written everything
+            self.sharded.save(directory)
 
     def _read(self, ckpt: Checkpoint) -> dict[str, Any]:
         """Load every object's state; return the RNG states to apply."""
-        saved = torch.load(ckpt.path / STATE_FILE, map_location="cpu", weights_only=False)
-        missing = sorted(set(self.objects) - set(saved["objects"]))
+        objects, name = self.objects, STATE_FILE
+        if self.sharded is not None:
+            self.sharded.load(ckpt.path)
+            objects = {n: o for n, o in objects.items() if n not in self.sharded.names}
+            name = _rank_file()
+        saved = torch.load(ckpt.path / name, map_location="cpu", weights_only=False)
+        missing = sorted(set(objects) - set(saved["objects"]))
         if missing:
             raise ValueError(f"checkpoint {ckpt.path} has no state for {', '.join(missing)}")
-        for name, o in self.objects.items():
-            o.load_state_dict(saved["objects"][name])
+        for n, o in objects.items():
+            o.load_state_dict(saved["objects"][n])
         if len(saved["passes"]) == len(self.loaders):
             self._resume_passes = saved["passes"]
         return saved["rng"]
+
+
+def _broadcast(values: list[Any]) -> list[Any]:
+    """Rank 0's ``values`` on every rank (a collective)."""
+    dist.broadcast_object_list(values, src=0)
+    return values
+
+
+def _rank_file() -> str:
+    return f"state-rank{dist.get_rank()}.pt"
+
+
+class _ShardedState:
+    """A model sharded over the ranks (FSDP) and its optimizers, saved and loaded with
+    ``torch.distributed.checkpoint``: each rank writes and reads only its own shards."""
+
+    def __init__(self, model_name: str, model: torch.nn.Module, optimizers: dict[str, Any]):
+        self.model = model
+        self.optimizers = optimizers
+        self.names = {model_name, *optimizers}
+
+    def _state(self) -> dict[str, Any]:
+        from torch.distributed.checkpoint.state_dict import get_state_dict
+
+        model, optimizers = get_state_dict(self.model, list(self.optimizers.values()))
+        return {"model": model, "optimizers": optimizers}
+
+    def save(self, directory: Path) -> None:
+        import torch.distributed.checkpoint as dcp
+
+        dcp.save(self._state(), checkpoint_id=directory)
+
+    def load(self, directory: Path) -> None:
+        import torch.distributed.checkpoint as dcp
+        from torch.distributed.checkpoint.state_dict import set_state_dict
+
+        state = self._state()  # the shapes and shards to load into
+        dcp.load(state, checkpoint_id=directory)
+        set_state_dict(
+            self.model,
+            list(self.optimizers.values()),
+            model_state_dict=state["model"],
+            optim_state_dict=state["optimizers"],
+        )
+
+
+def _sharded(objects: Mapping[str, Any]) -> _ShardedState | None:
+    """The sharded model among ``objects`` (parameters that are DTensors: FSDP2's
+    ``fully_shard``; or an FSDP1 wrapper) with every optimizer given, or None."""
+    tensor = sys.modules.get("torch.distributed.tensor")  # loaded by FSDP, else none sharded
+
+    def is_sharded(o: Any) -> bool:
+        if type(o).__name__ == "FullyShardedDataParallel":
+            return True
+        return (
+            tensor is not None
+            and isinstance(o, torch.nn.Module)
+            and any(isinstance(p, tensor.DTensor) for p in o.parameters())
+        )
+
+    models = [n for n, o in objects.items() if is_sharded(o)]
+    if not models:
+        return None
+    if len(models) > 1:
+        raise ValueError(f"tiresias.State takes one sharded model, not {', '.join(models)}")
+    optimizers = {n: o for n, o in objects.items() if isinstance(o, torch.optim.Optimizer)}
+    return _ShardedState(models[0], objects[models[0]], optimizers)

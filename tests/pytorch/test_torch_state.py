@@ -114,3 +114,16 @@ def test_plain_torchrun_script_runs_unchanged(tmp_path: Path) -> None:
         for log in gang.logs
     ]
     assert said == [1, 0, 0]  # nothing to checkpoint: the chief says so once
+
+
+def test_fsdp_state_resumes_from_its_shards_bit_identically(tmp_path: Path) -> None:
+    """FSDP2 on 2 gloo ranks: the checkpoint holds one torch.distributed.checkpoint shard
+    file per rank (and each rank's RNG file), and the resumed run equals an uninterrupted one."""
+    argv = (str(SCRIPTS / "fsdp_train.py"), str(STEPS), "log-{rank}", "weights.pt")
+    hold = random.Random("fsdp_train").randrange(1, STEPS)
+    plain_dir, preempted_dir = preempt_and_resume(tmp_path, GangRequest(argv, workers=RANKS), hold)
+    [ckpt] = CheckpointStore(preempted_dir / "ckpt" / "job", "job").complete()
+    files = set(ckpt.manifest.files)
+    assert {"__0_0.distcp", "__1_0.distcp", ".metadata"} <= files, files
+    assert {"state-rank0.pt", "state-rank1.pt"} <= files
+    assert_same_run(plain_dir, preempted_dir, RANKS)
