@@ -5,6 +5,7 @@ images to logits. Parameter counts match the usual definitions (torchvision's)."
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import torch
 from torch import nn
@@ -31,7 +32,7 @@ VGG16_WIDTHS = (
     "M",
 )
 #: Smallest image size each model accepts (the training script's default on CPU).
-MIN_SIZE = {"mlp": 8, "cnn": 8, "vgg16": 32, "resnet50": 32}
+MIN_SIZE = {"mlp": 8, "cnn": 8, "vgg16": 32, "resnet50": 32, "inception_v3": 75}
 
 
 def mlp(image_size: int, num_classes: int) -> nn.Module:
@@ -120,11 +121,132 @@ def resnet50(_image_size: int, num_classes: int) -> nn.Module:
     )
 
 
+def conv_bn(inputs: int, out: int, kernel: int | tuple[int, int], **conv: Any) -> nn.Module:
+    """Inception's unit: a convolution without bias, batch norm (eps 0.001), ReLU."""
+    return nn.Sequential(
+        nn.Conv2d(inputs, out, kernel, bias=False, **conv),
+        nn.BatchNorm2d(out, eps=0.001),
+        nn.ReLU(inplace=True),
+    )
+
+
+class Branches(nn.Module):
+    """Parallel branches over one input, concatenated along the channels."""
+
+    def __init__(self, *branches: nn.Module) -> None:
+        super().__init__()
+        self.branches = nn.ModuleList(branches)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.cat([branch(x) for branch in self.branches], 1)
+
+
+def _pool_branch(inputs: int, out: int) -> nn.Module:
+    return nn.Sequential(nn.AvgPool2d(3, 1, 1), conv_bn(inputs, out, 1))
+
+
+def _factorised(inputs: int, widths: tuple[int, ...], first: str) -> nn.Module:
+    """A 1×1 convolution to ``widths[0]``, then 7×7 factorised: 1×7 and 7×1 convolutions in
+    turn (``first`` says which comes first) to each of the widths after."""
+    kernels = {"1x7": ((1, 7), (0, 3)), "7x1": ((7, 1), (3, 0))}
+    order = [first, "7x1" if first == "1x7" else "1x7"]
+    layers, channels = [conv_bn(inputs, widths[0], 1)], widths[0]
+    for i, width in enumerate(widths[1:]):
+        kernel, pad = kernels[order[i % 2]]
+        layers.append(conv_bn(channels, width, kernel, padding=pad))
+        channels = width
+    return nn.Sequential(*layers)
+
+
+def _inception_a(inputs: int, pool: int) -> nn.Module:  # 35×35
+    return Branches(
+        conv_bn(inputs, 64, 1),
+        nn.Sequential(conv_bn(inputs, 48, 1), conv_bn(48, 64, 5, padding=2)),
+        nn.Sequential(
+            conv_bn(inputs, 64, 1), conv_bn(64, 96, 3, padding=1), conv_bn(96, 96, 3, padding=1)
+        ),
+        _pool_branch(inputs, pool),
+    )
+
+
+def _inception_b(inputs: int) -> nn.Module:  # 35×35 → 17×17
+    return Branches(
+        conv_bn(inputs, 384, 3, stride=2),
+        nn.Sequential(
+            conv_bn(inputs, 64, 1), conv_bn(64, 96, 3, padding=1), conv_bn(96, 96, 3, stride=2)
+        ),
+        nn.MaxPool2d(3, 2),
+    )
+
+
+def _inception_c(inputs: int, c7: int) -> nn.Module:  # 17×17, factorised 7×7
+    return Branches(
+        conv_bn(inputs, 192, 1),
+        _factorised(inputs, (c7, c7, 192), "1x7"),
+        _factorised(inputs, (c7, c7, c7, c7, 192), "7x1"),
+        _pool_branch(inputs, 192),
+    )
+
+
+def _inception_d(inputs: int) -> nn.Module:  # 17×17 → 8×8
+    return Branches(
+        nn.Sequential(conv_bn(inputs, 192, 1), conv_bn(192, 320, 3, stride=2)),
+        nn.Sequential(_factorised(inputs, (192, 192, 192), "1x7"), conv_bn(192, 192, 3, stride=2)),
+        nn.MaxPool2d(3, 2),
+    )
+
+
+def _split_3x3(inputs: int) -> nn.Module:
+    """Inception-E's expanded filter bank: 1×3 and 3×1 side by side, 384 each."""
+    return Branches(
+        conv_bn(inputs, 384, (1, 3), padding=(0, 1)), conv_bn(inputs, 384, (3, 1), padding=(1, 0))
+    )
+
+
+def _inception_e(inputs: int) -> nn.Module:  # 8×8
+    return Branches(
+        conv_bn(inputs, 320, 1),
+        nn.Sequential(conv_bn(inputs, 384, 1), _split_3x3(384)),
+        nn.Sequential(conv_bn(inputs, 448, 1), conv_bn(448, 384, 3, padding=1), _split_3x3(384)),
+        _pool_branch(inputs, 192),
+    )
+
+
+def inception_v3(_image_size: int, num_classes: int) -> nn.Module:
+    """Inception-v3 (Szegedy et al. 2016) as torchvision defines it, without the auxiliary
+    classifier (as Keras's InceptionV3): 299×299 inputs, 75×75 at the least."""
+    return nn.Sequential(
+        conv_bn(3, 32, 3, stride=2),
+        conv_bn(32, 32, 3),
+        conv_bn(32, 64, 3, padding=1),
+        nn.MaxPool2d(3, 2),
+        conv_bn(64, 80, 1),
+        conv_bn(80, 192, 3),
+        nn.MaxPool2d(3, 2),
+        _inception_a(192, 32),
+        _inception_a(256, 64),
+        _inception_a(288, 64),
+        _inception_b(288),
+        _inception_c(768, 128),
+        _inception_c(768, 160),
+        _inception_c(768, 160),
+        _inception_c(768, 192),
+        _inception_d(768),
+        _inception_e(1280),
+        _inception_e(2048),
+        nn.AdaptiveAvgPool2d(1),
+        nn.Flatten(),
+        nn.Dropout(0.5),
+        nn.Linear(2048, num_classes),
+    )
+
+
 BUILDERS: dict[str, Callable[[int, int], nn.Module]] = {
     "mlp": mlp,
     "cnn": cnn,
     "vgg16": vgg16,
     "resnet50": resnet50,
+    "inception_v3": inception_v3,
 }
 NAMES = tuple(BUILDERS)
 

@@ -17,12 +17,12 @@ from tiresias_launch import EXIT_CHECKPOINTED
 torch = pytest.importorskip("torch", reason="needs PyTorch (the [torch] extra)")
 pytestmark = pytest.mark.torch
 
-#: torchvision's counts at 1000 classes.
-EXPECTED_PARAMS = {"vgg16": 138_357_544, "resnet50": 25_557_032}
+#: torchvision's counts at 1000 classes (Inception-v3 without its auxiliary classifier).
+EXPECTED_PARAMS = {"vgg16": 138_357_544, "resnet50": 25_557_032, "inception_v3": 23_834_568}
 TIMEOUT = 180
 
 
-@pytest.mark.parametrize("name", ["mlp", "cnn", "vgg16", "resnet50"])
+@pytest.mark.parametrize("name", ["mlp", "cnn", "vgg16", "resnet50", "inception_v3"])
 def test_models_build_and_run_at_their_smallest_size(name: str) -> None:
     from models import torch_nets
 
