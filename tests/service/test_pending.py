@@ -13,6 +13,7 @@ from .conftest import Cluster, wait_until
 
 FOREVER = "1000000"
 STEP = "0.05"
+FOREVER_ARGS = ("--steps", FOREVER, "--step-time", STEP)
 
 
 def simulated_reasons() -> dict[str, list[tuple[float, int, str, str]]]:
@@ -92,3 +93,35 @@ def test_reasons_positions_and_history_live_and_simulated(cluster: Cluster) -> N
     assert f"waiting    Q2 #1, 1st overall: {j2['pending']['text']}" in text
     assert "history:" in text and text.rstrip().endswith(" for j1 (Q1)")
     assert "  demoted to Q2: its service passed 4 GPU-s" in text
+
+
+def test_placement_and_blocking_reasons_live(cluster: Cluster) -> None:
+    """yarn-cs with yarn's strict placement on two 2-GPU nodes, one GPU free on each: a
+    2-GPU job needs them on one node, and the 1-GPU job behind it is blocked."""
+    cluster.start_coordinator("--policy", "yarn-cs")
+    for node in ("a", "b"):
+        cluster.start_agent(node, gpus=2)
+    cluster.wait_nodes("a", "b")
+
+    def running(job_id: str) -> None:
+        wait_until(lambda: cluster.state_of(job_id) == "running", 30, f"{job_id} to start")
+
+    for job_id, workers in (("j1", 1), ("j2", 2), ("j3", 1)):  # j1 and j3 on a, j2 on b
+        assert cluster.submit(*FOREVER_ARGS, workers=workers) == job_id
+        running(job_id)
+    cluster.cli("cancel", "j2")
+    wait_until(lambda: cluster.state_of("j2") == "cancelled", 30, "j2's end")
+    assert cluster.submit(*FOREVER_ARGS) == "j4"  # on b
+    running("j4")
+    cluster.cli("cancel", "j1")
+    wait_until(lambda: cluster.state_of("j1") == "cancelled", 30, "j1's end")
+    assert cluster.submit(*FOREVER_ARGS, workers=2) == "j5"
+    assert cluster.submit(*FOREVER_ARGS) == "j6"
+    wait_until(lambda: cluster.job("j6")["pending"] is not None, 30, "j6 to be explained")
+    j5, j6 = cluster.job("j5")["pending"], cluster.job("j6")["pending"]
+    assert (j5["reason"], j5["text"]) == (
+        "placement",
+        "needs 2 GPUs on one node; the largest free block is 1",
+    )
+    assert (j6["reason"], j6["position"]) == ("blocked", 2)
+    assert j6["text"] == "behind j5, which cannot start yet (yarn-cs starts jobs in order)"
