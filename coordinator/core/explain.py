@@ -19,7 +19,7 @@ Reasons (``Pending.reason``), the first that applies:
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import asdict, dataclass
 
 from coordinator.core.model import Job, JobState, Node
@@ -83,15 +83,19 @@ class _Ahead:
     gpus: int = 0
     by_queue: tuple[tuple[int, int], ...] = ()
     guarded: tuple[Job, ...] = ()
+    guarded_gpus: int = 0
     fixed: Job | None = None  # the first running one ahead that cannot be checkpointed
 
     @property
     def total_gpus(self) -> int:
-        return self.gpus + sum(j.gpus for j in self.guarded)
+        return self.gpus + self.guarded_gpus
 
 
-def explain(sched: Scheduler, now: float) -> dict[str, Pending]:
-    """Every WAITING job's place and reason, in the policy's order. O(active jobs)."""
+def explain(
+    sched: Scheduler, now: float, only: Collection[str] | None = None
+) -> dict[str, Pending]:
+    """Every WAITING job's place and reason, in the policy's order (``only``: just these
+    jobs', though every waiting job is walked to know them). O(active jobs)."""
     policy = sched.policy
     order = [policy.job(k) for k in policy.waiting_order()]
     if not order:
@@ -113,48 +117,58 @@ def explain(sched: Scheduler, now: float) -> dict[str, Pending]:
     per_queue: dict[int, int] = {}
     blocker: Job | None = None
     left = dict(free)
+    n_free = free_total = sum(free.values())
     for overall, job in enumerate(order, 1):
         per_queue[job.queue] = per_queue.get(job.queue, 0) + 1
         ahead = turns[job.job_id]
-        n_free = sum(left.values())
+        choice = None
         if job.gpus > capacity:
-            reason, text = "nodes", _nodes_text(job, capacity)
+            reason = "nodes"
         elif blocker is not None:
-            reason, text = "blocked", _blocked_text(blocker, policy.name)
+            reason = "blocked"
         elif policy.preemptive and ahead.total_gpus + job.gpus > capacity:
-            reason, text = "gpus", _gpus_text(job, n_free, ahead, capacity, sched, now)
+            reason = "gpus"
         elif job.gpus > n_free:
-            if policy.preemptive and releasing:
-                reason, text = "releasing", _releasing_text(releasing)
-            elif policy.preemptive:
-                reason, text = "next-pass", "starts at the next scheduling pass"
-            else:
-                reason, text = "gpus", _gpus_text(job, n_free, ahead, capacity, sched, now)
+            reason = ("releasing" if releasing else "next-pass") if policy.preemptive else "gpus"
         else:
             choice = sched.placement.choose(job, left, nodes)
-            if choice is None:
-                reason, text = "placement", _placement_text(job, left, nodes)
+            reason = "placement" if choice is None else "next-pass"
+        wanted = only is None or job.job_id in only
+        if wanted:  # the words cost more than the rest: only for the jobs asked about
+            promotion = _promotion_at(job, sched)
+            if reason == "nodes":
+                text = _nodes_text(job, capacity)
+            elif reason == "blocked":
+                assert blocker is not None
+                text = _blocked_text(blocker, policy.name)
+            elif reason == "gpus":
+                text = _gpus_text(job, n_free, ahead, capacity, sched, now)
+            elif reason == "releasing":
+                text = _releasing_text(releasing)
+            elif reason == "placement":
+                text = _placement_text(job, left, nodes)
             else:
-                reason, text = "next-pass", "starts at the next scheduling pass"
-                for n, k in choice.items():
-                    left[n] -= k
+                text = "starts at the next scheduling pass"
+            out[job.job_id] = Pending(
+                job_id=job.job_id,
+                queue=job.queue,
+                position=per_queue[job.queue],
+                overall=overall,
+                reason=reason,
+                text=text + _context(job, sched, now, promotion),
+                gpus=job.gpus,
+                free_gpus=free_total,
+                capacity=capacity,
+                ahead=ahead.jobs + len(ahead.guarded),
+                ahead_gpus=ahead.total_gpus,
+                promotion_at=promotion,
+            )
+        if choice is not None:  # it takes these GPUs at the next pass
+            for n, k in choice.items():
+                left[n] -= k
+                n_free -= k
         if policy.blocking and reason != "next-pass" and blocker is None:
             blocker = job
-        promotion = _promotion_at(job, sched)
-        out[job.job_id] = Pending(
-            job_id=job.job_id,
-            queue=job.queue,
-            position=per_queue[job.queue],
-            overall=overall,
-            reason=reason,
-            text=text + _context(job, sched, now, promotion),
-            gpus=job.gpus,
-            free_gpus=sum(free.values()),
-            capacity=capacity,
-            ahead=ahead.jobs + len(ahead.guarded),
-            ahead_gpus=ahead.total_gpus,
-            promotion_at=promotion,
-        )
     return out
 
 
@@ -169,7 +183,8 @@ def _preemptive_turns(
     guards = sched.guards()
     guarded = tuple(policy.job(k) for k in rkeys if guards.get(k[-1], -math.inf) > now)
     guarded_ids = {j.job_id for j in guarded}
-    budget = capacity - sum(j.gpus for j in guarded)
+    guarded_gpus = sum(j.gpus for j in guarded)
+    budget = capacity - guarded_gpus
     jobs = gpus = 0
     by_queue: dict[int, int] = {}
     fixed: Job | None = None
@@ -191,7 +206,9 @@ def _preemptive_turns(
                 if fixed is None and not running.checkpointable:
                     fixed = running
             r += 1
-        turns[job.job_id] = _Ahead(jobs, gpus, tuple(sorted(by_queue.items())), guarded, fixed)
+        turns[job.job_id] = _Ahead(
+            jobs, gpus, tuple(sorted(by_queue.items())), guarded, guarded_gpus, fixed
+        )
         if job.gpus <= budget:
             take(job)
     return turns
