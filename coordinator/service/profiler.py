@@ -93,6 +93,8 @@ class SkewStage:
         self._jobs: dict[str, _Job] = {}
 
     def __call__(self, msg: Mapping[str, Any], num_ps: int) -> float | None:
+        if msg.get("skew") is None and not msg.get("tensor_bytes") and not msg.get("ps_bytes"):
+            return None  # most reports: progress only
         job = self._jobs.setdefault(msg["job_id"], _Job())
         found: list[tuple[int, float | None]] = [
             (REPORTED, None if msg.get("skew") is None else float(msg["skew"])),
