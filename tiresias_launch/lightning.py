@@ -2,17 +2,17 @@
 
 ``install()`` (run by ``python -m tiresias_launch.exec``) patches ``Trainer.fit`` of
 ``lightning.pytorch`` and ``pytorch_lightning`` as they are imported. The patched ``fit`` adds
-one callback that checks, at every training batch end, whether the gang agreed to stop; then
-it writes ``trainer.save_checkpoint`` into the runtime's atomic store on every rank (the call
-is collective: it ends in a barrier; only rank 0 writes) and exits with EXIT_CHECKPOINTED. On
-the next start ``fit`` resumes from that checkpoint (``ckpt_path``) exactly, mid-epoch.
+one callback (:mod:`tiresias_launch.lightning_callback`) that asks the gang, before every
+training batch, whether to stop; then every rank calls ``trainer.save_checkpoint`` into the
+runtime's atomic store (the call is collective: it ends in a barrier; rank 0 writes) and exits
+with EXIT_CHECKPOINTED. On the next start ``fit`` resumes from that checkpoint
+(``ckpt_path``) exactly, mid-epoch.
 
 What Lightning does and what is added:
 
 - Lightning's checkpoint carries the model, optimizers, LR schedulers, precision state, the
   loops' progress counters and every callback's state (ModelCheckpoint's best-k,
-  EarlyStopping, …). It is taken at a batch end, where ``ModelCheckpoint(every_n_train_steps)``
-  saves, the point Lightning's own mid-epoch resume supports.
+  EarlyStopping, …), and its loops restart mid-epoch from it.
 - Lightning restarts a plain ``DataLoader`` from the beginning of the epoch. The training
   loaders Lightning builds (its DDP ``DistributedSampler`` included) are made resumable as in
   :mod:`tiresias_launch.torch`: the interrupted epoch's pass starts from the RNG states the
@@ -22,8 +22,8 @@ What Lightning does and what is added:
   applied at the first resumed batch, so dropout continues where it was.
 - Lightning's SIGTERM handler (it stops ``fit`` as if training had finished) is replaced by
   the runtime's once training starts.
-- Loggers keep their version across restarts, so ``ModelCheckpoint``'s directory, and with it
-  its state, is the same after a resume.
+- Loggers keep their version across restarts (and a CSVLogger its rows), so
+  ``ModelCheckpoint``'s directory, and with it its state, is the same after a resume.
 """
 
 from __future__ import annotations

@@ -320,3 +320,27 @@ def test_pytorch_ddp_job_is_preempted_and_resumes(embedded_run: StartRun) -> Non
         embedded_run, ("--workers", "2"), "train_torch.py", total=200
     )
     assert len(runs_of(run.log(name="worker-1.log"))) == 2
+
+
+@pytest.mark.torch
+@pytest.mark.skipif(importlib.util.find_spec("lightning") is None, reason="needs Lightning")
+def test_unmodified_lightning_fit_is_preempted_and_resumes(
+    embedded_run: StartRun, tmp_path: Path
+) -> None:
+    """``tests/pytorch/scripts/lightning_fit.py`` (``Trainer.fit``, no Tiresias import) on
+    one process, preempted by the policy at its held batch: the job's per-batch log (epoch,
+    batch, sample indices, loss) and final weights equal an uninterrupted run's."""
+    script = REPO / "tests" / "pytorch" / "scripts" / "lightning_fit.py"
+    argv = (str(script), "3", "1", "log-{rank}", "weights.pt")
+    run = embedded_run(preemption_step("lightning_fit.py", 3 * 12), *argv)
+    preempt_with_a_short_job(run)
+    finish(run)
+    checkpoint_step(run)
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    subprocess.run([sys.executable, *argv], cwd=plain, capture_output=True, timeout=120, check=True)
+    assert (tmp_path / "log-0").read_text() == (plain / "log-0").read_text()
+    import torch
+
+    resumed, reference = torch.load(tmp_path / "weights.pt"), torch.load(plain / "weights.pt")
+    assert all(torch.equal(resumed[k], reference[k]) for k in reference)
