@@ -72,6 +72,13 @@ DESCRIPTION = (
     show_envvar=True,
     help="CURVE key directory",
 )
+@option(
+    "--tap/--no-tap",
+    default=True,
+    help="run parameter-server jobs under ibverbs-tap (where its library is built) and report "
+    "their measured per-PS traffic, from which the coordinator derives S_J when the job's "
+    "runtime reports no tensor sizes",
+)
 def command(
     coordinator: str,
     gpus: str,
@@ -80,6 +87,7 @@ def command(
     workdir: Path | None,
     heartbeat: float,
     curve_keys: str | None,
+    tap: bool,
 ) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     try:
@@ -87,7 +95,7 @@ def command(
         keys = client_keys(curve_keys, coordinator)
     except (ValueError, OSError) as e:
         usage_error(str(e))
-    agent = Agent(coordinator, found, name, workdir, keys, heartbeat, host)
+    agent = Agent(coordinator, found, name, workdir, keys, heartbeat, host, tap)
     signal.signal(signal.SIGTERM, lambda *_: agent.stop.set())
     try:
         agent.run()
