@@ -86,7 +86,7 @@ JobCompLoc={root}/jobcomp.txt
 SelectType=select/cons_tres
 SelectTypeParameters=CR_Core
 SchedulerType=sched/backfill
-SchedulerParameters=batch_sched_delay=0,sched_interval=1
+SchedulerParameters=batch_sched_delay=0,sched_interval=1,bf_interval=1
 PriorityType=priority/basic
 GresTypes=gpu
 ReturnToService=2
@@ -162,9 +162,22 @@ class LocalSlurm:
                 for n, g in self.nodes.items()
             )
         )
-        ports = {name: _free_port() for name in ("ctld", "slurmd", *self.nodes)}
-        self.conf.write_text(slurm_conf(r, self.nodes, ports, self.partitions))
-        m = r / "munge"
+        for attempt in range(3):  # a port found free may be taken before a daemon binds it
+            ports = {name: _free_port() for name in ("ctld", "slurmd", *self.nodes)}
+            self.conf.write_text(slurm_conf(r, self.nodes, ports, self.partitions))
+            try:
+                self._start_daemons(key, timeout)
+                return
+            except RuntimeError:
+                logs = "".join(p.read_text(errors="replace") for p in (r / "log").glob("*.out"))
+                if attempt == 2 or "Address already in use" not in logs:
+                    raise
+                self._terminate()
+                for out in (r / "log").glob("*.out"):
+                    out.unlink()
+
+    def _start_daemons(self, key: Path, timeout: float) -> None:
+        m = self.root / "munge"
         self._spawn(
             "munged",
             [
@@ -236,6 +249,9 @@ class LocalSlurm:
     def stop(self) -> None:
         with contextlib.suppress(RuntimeError):
             self.cancel_all()
+        self._terminate()
+
+    def _terminate(self) -> None:
         for name in reversed(list(self._procs)):
             proc = self._procs.pop(name)
             if proc.poll() is None:

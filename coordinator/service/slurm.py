@@ -69,7 +69,7 @@ class Start:
     restart: int
     slurm_id: str
     nodes: tuple[str, ...]
-    shape: tuple[int, int, int]  # nodes, GPUs per node, tasks per node
+    shape: tuple[tuple[int, int], ...]  # (GPUs, tasks) of each node
     slurm_restarts: int  # Slurm's restart count at which this start runs
     stopping: str | None = None  # "preempt" or "kill", once asked
     deadline: float | None = None  # after it: requeue held (preempt) or cancel (kill)
@@ -129,14 +129,12 @@ class SlurmExecutor:
     def launch(self, gang: Gang) -> None:
         jobdir = self.spool / gang.job_key
         nodes = tuple(sorted(gang.parts))
-        per_node = [len({g for p in gang.parts[n] for g in p.gpus}) for n in nodes]
-        tasks = max(len(gang.parts[n]) for n in nodes)
-        shape = (len(nodes), max(per_node), tasks)
-        if len(set(per_node)) > 1:
-            log.warning("job %s: %s GPUs per node differ; Slurm gets %d on each", gang.job_id,
-                        per_node, shape[1])  # fmt: skip
+        shape = tuple(
+            (len({g for p in gang.parts[n] for g in p.gpus}), len(gang.parts[n])) for n in nodes
+        )
+        het = len(set(shape)) > 1  # one component per node: Slurm's gres are per node
         old = self.starts.get(gang.job_id)
-        reuse = old is not None and old.reusable and old.shape == shape
+        reuse = old is not None and old.reusable and old.shape == shape and not het
         slurm_restarts = old.restarts_after if reuse and old else 0
         parts = {
             node: [
@@ -150,7 +148,7 @@ class SlurmExecutor:
         write_json(
             launch_file(jobdir),
             {"job_id": gang.job_id, "restart": gang.restart, "slurm_restarts": slurm_restarts,
-             "parts": parts, "shape": list(shape)},
+             "parts": parts, "shape": shape, "het": het},
         )  # fmt: skip
         try:
             if reuse and old:
@@ -185,8 +183,11 @@ class SlurmExecutor:
                  slurm_id, ",".join(nodes))  # fmt: skip
 
     def _submit(
-        self, gang: Gang, jobdir: Path, nodes: tuple[str, ...], shape: tuple[int, int, int]
+        self, gang: Gang, jobdir: Path, nodes: tuple[str, ...], shape: tuple[tuple[int, int], ...]
     ) -> str:
+        """A held batch job: one allocation ``--nodes --nodelist --ntasks-per-node --gres``
+        when every node has the same GPUs and processes, else a heterogeneous job with one
+        component per node (Slurm starts all its components together, or none)."""
         script = jobdir / "batch.sh"
         script.write_text(
             "#!/bin/sh\n# A Tiresias job: the coordinator plans, releases and preempts it.\n"
@@ -194,15 +195,20 @@ class SlurmExecutor:
             f"{shlex.quote(str(jobdir))}\n"
         )
         args = [
-            f"--job-name={PREFIX}{gang.job_key}", f"--comment={gang.job_id}",
-            f"--nodes={shape[0]}", f"--nodelist={','.join(nodes)}",
-            f"--ntasks-per-node={shape[2]}", "--requeue", "--hold", "--open-mode=append",
-            f"--output={jobdir}/slurm-%j.out", f"--chdir={jobdir}", "--export=ALL",
+            f"--job-name={PREFIX}{gang.job_key}", f"--comment={gang.job_id}", "--requeue",
+            "--hold", "--open-mode=append", f"--output={jobdir}/slurm-%j.out",
+            f"--chdir={jobdir}", "--export=ALL",
         ]  # fmt: skip
-        if shape[1]:
-            args.append(f"--gres=gpu:{shape[1]}")
         if gang.owner and gang.owner != _me():
             args.append(f"--uid={gang.owner}")
+        if len(set(shape)) == 1:
+            gpus, tasks = shape[0]
+            args += [f"--nodes={len(nodes)}", f"--nodelist={','.join(nodes)}",
+                     f"--ntasks-per-node={tasks}", *_gres(gpus)]  # fmt: skip
+        else:
+            for i, (node, (gpus, tasks)) in enumerate(zip(nodes, shape, strict=True)):
+                args += [*([":"] if i else []), "--nodes=1", f"--nodelist={node}",
+                         f"--ntasks={tasks}", *_gres(gpus)]  # fmt: skip
         return self.slurm.submit(script, args)
 
     def _release(self, start: Start) -> None:
@@ -210,8 +216,8 @@ class SlurmExecutor:
         if start.released or time.time() < start.release_after:
             return
         start.released = True
-        try:
-            self.slurm.release(start.slurm_id, start.nodes)
+        try:  # a new heterogeneous job is placed by its components already
+            self.slurm.release(start.slurm_id, None if len(set(start.shape)) > 1 else start.nodes)
         except SlurmError as e:  # e.g. cancelled behind our back: the start is lost
             log.error("job %s restart %d: %s", start.job_id, start.restart, e)
             start.ended = True
@@ -335,7 +341,7 @@ class SlurmExecutor:
                 continue
             self.starts[gang["job_id"]] = Start(
                 gang["job_id"], key, gang["restart"], slurm_id, tuple(sorted(gang["parts"])),
-                tuple(gang["shape"]), gang["slurm_restarts"],
+                tuple(map(tuple, gang["shape"])), gang["slurm_restarts"],
             )  # fmt: skip
 
     def _running_on(self, node: str) -> dict[str, int]:
@@ -419,6 +425,10 @@ def executor_for(opts: Options) -> SlurmExecutor:
     )
     executor.check()
     return executor
+
+
+def _gres(gpus: int) -> list[str]:
+    return [f"--gres=gpu:{gpus}"] if gpus else []
 
 
 def _me() -> str:

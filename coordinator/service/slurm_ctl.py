@@ -61,11 +61,12 @@ class Slurm:
         return self.run("sbatch", "--parsable", f"--partition={self.partition}", *args,
                         str(script)).strip().split(";")[0]  # fmt: skip
 
-    def release(self, slurm_id: str, nodes: Sequence[str]) -> None:
-        # a requeued job may not start before its begin time (Slurm waits out old
-        # credentials): the coordinator decided it starts now
-        self.run("scontrol", "update", f"jobid={slurm_id}", f"NodeList={','.join(nodes)}",
-                 "StartTime=now")  # fmt: skip
+    def release(self, slurm_id: str, nodes: Sequence[str] | None) -> None:
+        """Let a held job start, on ``nodes`` (None: where it was submitted to)."""
+        if nodes is not None:  # a requeued job may not start before its begin time (Slurm
+            # waits out old credentials): the coordinator decided it starts now
+            self.run("scontrol", "update", f"jobid={slurm_id}", f"NodeList={','.join(nodes)}",
+                     "StartTime=now")  # fmt: skip
         self.run("scontrol", "release", slurm_id)
 
     def signal(self, slurm_id: str, sig: str) -> None:

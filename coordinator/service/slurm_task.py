@@ -92,10 +92,11 @@ def batch(jobdir: Path) -> int:
         return EXIT_CHECKPOINTED
     restart = gang["restart"]
     steps = []
-    for node, procs in gang["parts"].items():
+    for i, (node, procs) in enumerate(gang["parts"].items()):
         gpus = len({g for p in procs for g in p["gpus"]})
+        where = [f"--het-group={i}"] if gang.get("het") else [f"--nodelist={node}", "--nodes=1"]
         cmd = [
-            "srun", f"--nodelist={node}", "--nodes=1", f"--ntasks={len(procs)}",
+            "srun", *where, f"--ntasks={len(procs)}",
             "--kill-on-bad-exit=0", "--overlap", f"--job-name={gang['job_id']}-{node}",
             *([f"--gres=gpu:{gpus}"] if gpus else ["--gres=none"]),
             sys.executable, "-m", "coordinator.service.slurm_task", "task",

@@ -143,3 +143,27 @@ def test_a_restarted_executor_finds_its_running_job(slurm: LocalSlurm, shared: P
     d.until(lambda ev: bool(d.exits("j3", 0)), "the part to end")
     assert d.exits("j3", 0)["n1"].outcome == "checkpointed"
     assert log_of(spool, "j3-test", "n1").count("=== j3 restart 0") == 1  # started once
+
+
+def test_uneven_gang_is_one_heterogeneous_job(slurm: LocalSlurm, shared: Path) -> None:
+    """Two GPUs on one node and one on the other: one component per node, started together,
+    preempted and requeued held together, resumed (new shape, new job) at the exact step."""
+    spool = shared / "spool"
+    ex = SlurmExecutor(spool, "", interval=0.2, slurm=Slurm("tiresias", slurm.env))
+    d = Driver(ex)
+    nodes_up(d, "n1", "n2")
+    argv = [str(FAKE_JOB), "--steps", "5", "--step-time", "0.05", "--hold-at", "2"]
+    ex.launch(gang("j4", 0, {"n1": [0, 1], "n2": [1]}, argv, spool))
+    wait_until(lambda: "holding at step 2" in log_of(spool, "j4-test", "n1"), what="the hold")
+    # each process sees its own one of the GPUs Slurm gave its node
+    assert "GPUs '0'" in log_of(spool, "j4-test", "n1")
+    assert "GPUs '1'" in log_of(spool, "j4-test", "n1", "worker-1")
+    assert "GPUs '0'" in log_of(spool, "j4-test", "n2", "worker-2")
+    ex.signal("j4", 0, ["n1", "n2"], "SIGTERM", 30.0)
+    d.until(lambda ev: len(d.exits("j4", 0)) == 2, "both parts to exit")
+    assert {e.outcome for e in d.exits("j4", 0).values()} == {"checkpointed"}
+    assert slurm.states() == {"n1": "idle", "n2": "idle"}
+    ex.launch(gang("j4", 1, {"n1": [0], "n2": [0, 1]}, argv, spool))
+    d.until(lambda ev: len(d.exits("j4", 1)) == 2, "the resumed run to end")
+    assert {e.outcome for e in d.exits("j4", 1).values()} == {"completed"}
+    assert "start at step 2 (restart 1" in log_of(spool, "j4-test", "n1")
