@@ -39,6 +39,14 @@ def missing() -> str | None:
     return None
 
 
+def require(prog: str) -> None:
+    """Exit 2 with the reason when a local Slurm cannot run here (for command lines)."""
+    why = missing()
+    if why:
+        print(f"{prog}: {why}", file=sys.stderr)
+        raise SystemExit(2)
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -269,10 +277,7 @@ def main() -> int:
     ap.add_argument("--nodes", type=int, default=2, help="slurmd daemons (default 2)")
     ap.add_argument("--gpus", type=int, default=2, help="fake GPUs per node (default 2)")
     args = ap.parse_args()
-    why = missing()
-    if why:
-        print(f"slurm_local: {why}", file=sys.stderr)
-        return 2
+    require("slurm_local")
     nodes = {f"n{i + 1}": args.gpus for i in range(args.nodes)}
     with LocalSlurm(args.dir, nodes) as slurm:
         print(f"export SLURM_CONF={slurm.conf}", flush=True)

@@ -32,7 +32,7 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
 from coordinator.service.client import Client  # noqa: E402
-from tools.slurm_local import LocalSlurm, missing  # noqa: E402
+from tools.slurm_local import LocalSlurm, require  # noqa: E402
 
 FAKE_JOB = REPO / "examples" / "fake_job.py"
 
@@ -125,10 +125,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rounds", type=int, default=5, help="rounds per executor (default 5)")
     args = ap.parse_args()
-    why = missing()
-    if why:
-        print(f"slurm_bench: {why}", file=sys.stderr)
-        return 2
+    require("slurm_bench")
     results: dict[str, dict[str, float]] = {}
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
