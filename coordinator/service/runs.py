@@ -27,6 +27,7 @@ from coordinator.core.model import Decision, ExitOutcome, JobState, Kill, Node, 
 from coordinator.core.packlimit import PACKED, SPREAD, PackLimit
 from coordinator.core.scheduler import Scheduler
 from coordinator.gang import GangRequest, plan
+from coordinator.protocol import PartOutcome
 from coordinator.service.agent import SETTLE
 from coordinator.service.executor import Executor, Gang, ProcessLaunch
 from coordinator.service.metrics import Metrics
@@ -35,8 +36,11 @@ from tiresias_launch.contract import EXIT_CHECKPOINTED, JOB_TOKEN, PREEMPT_SIGNA
 
 log = logging.getLogger("tiresias.coordinator")
 
-#: Part outcomes that settle a run unless a failure did (``lost``: the coordinator's own).
-SETTLING = ("completed", "checkpointed", "preempted", "lost")
+#: A part whose node is gone or no longer has it: the run book's own outcome, beside the
+#: executors' ``PartOutcome``.
+LOST = "lost"
+#: Part outcomes that settle a run unless a failure did.
+SETTLING = (PartOutcome.COMPLETED, PartOutcome.CHECKPOINTED, PartOutcome.PREEMPTED, LOST)
 
 
 @dataclass(frozen=True)
@@ -252,20 +256,21 @@ class RunBook:
                 "step": rec.progress.step if rec.progress.of(run.restart) else None,
                 "processes": [{k: p[k] for k in ("role", "task_index", "code")} for p in processes],
             }
-        if outcome == "failed" and run.decided != "failed":
-            run.decided = "failed"
+        if outcome == PartOutcome.FAILED and run.decided != PartOutcome.FAILED:
+            run.decided = PartOutcome.FAILED
             if failing:
                 rec.exit_code = failing[0]["code"]
                 rec.log_tail = failing[0].get("log_tail") or ""
         elif outcome in SETTLING and (
-            run.decided is None or (run.decided, outcome) == ("preempted", "checkpointed")
+            run.decided is None
+            or (run.decided, outcome) == (PartOutcome.PREEMPTED, PartOutcome.CHECKPOINTED)
         ):
             run.decided = outcome  # the chief's checkpoint counts, however peers ended
         pending = tuple(run.running_nodes())
         if run.decided is not None and pending and run.stopping is None:
             run.stopping = "stop"  # the others cannot go on without this part
             # after a completion, peers get a moment to finish on their own
-            settle = SETTLE if run.decided == "completed" else 0.0
+            settle = SETTLE if run.decided == PartOutcome.COMPLETED else 0.0
             self.commands.append(KillParts(job_id, run.restart, pending, settle))
         if not pending:
             self._job_ended(job_id, run, when)
@@ -275,7 +280,7 @@ class RunBook:
         rec = self.records[job_id]
         outcome = run_outcome(run)
         self._learn_packlimit(job_id, run)
-        if run.decided == "preempted":
+        if run.decided == PartOutcome.PREEMPTED:
             self._count_lost_work(job_id, run, when)
         rec.run = None
         self.deadlines.pop(job_id, None)
@@ -374,7 +379,7 @@ class RunBook:
         for job_id, rec in self.records.items():
             if rec.run is not None and rec.run.pending(node) and job_id not in keep:
                 log.warning("node %s no longer runs %s; it is lost", node, job_id)
-                self.part_ended(job_id, node, "lost", [], when)
+                self.part_ended(job_id, node, LOST, [], when)
 
     # --- submit and end -----------------------------------------------------------------
     def add(self, job_id: str, rec: JobRecord) -> None:
@@ -392,10 +397,11 @@ class RunBook:
 def run_outcome(run: Run) -> ExitOutcome:
     """What the core is told when every part of ``run`` has ended."""
     decided = run.decided
-    if decided in ("failed", "completed"):
+    if decided in (PartOutcome.FAILED, PartOutcome.COMPLETED):
         return ExitOutcome(decided)
-    if decided == "lost":
+    if decided == LOST:
         return ExitOutcome.LOST
-    if decided in ("checkpointed", "preempted") or run.stopping in ("preempt", "kill"):
+    stopped = run.stopping in ("preempt", "kill")
+    if decided in (PartOutcome.CHECKPOINTED, PartOutcome.PREEMPTED) or stopped:
         return ExitOutcome.CHECKPOINTED  # resumed from its last checkpoint, if any
     return ExitOutcome.LOST
