@@ -19,7 +19,7 @@ Reasons (``Pending.reason``), the first that applies:
 from __future__ import annotations
 
 import math
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 
 from coordinator.core.model import Job, JobState, Node
@@ -92,10 +92,11 @@ class _Ahead:
 
 
 def explain(
-    sched: Scheduler, now: float, only: Collection[str] | None = None
+    sched: Scheduler, now: float, wanted: Callable[[Job, str], bool] | None = None
 ) -> dict[str, Pending]:
-    """Every WAITING job's place and reason, in the policy's order (``only``: just these
-    jobs', though every waiting job is walked to know them). O(active jobs)."""
+    """Every WAITING job's place and reason, in the policy's order; with ``wanted``, only
+    the jobs ``wanted(job, reason)`` picks (every waiting job is walked to know the others'
+    places, but the words, which cost the most, are made for these only). O(active jobs)."""
     policy = sched.policy
     order = [policy.job(k) for k in policy.waiting_order()]
     if not order:
@@ -103,9 +104,7 @@ def explain(
     free = {n: len(g) for n, g in sched.free_gpus().items()}
     nodes = sched.nodes()
     capacity = sum(len(nodes[n].gpus) for n in free)
-    holders = [
-        j for j in sched.jobs() if j.allocation is not None and j.state is not JobState.WAITING
-    ]
+    holders = [j for j in active_jobs(sched) if j.allocation is not None]
     releasing = [j for j in holders if j.state is JobState.PREEMPTING and not j.cancel_requested]
     if policy.preemptive:
         turns = _preemptive_turns(sched, order, capacity, now)
@@ -133,8 +132,7 @@ def explain(
         else:
             choice = sched.placement.choose(job, left, nodes)
             reason = "placement" if choice is None else "next-pass"
-        wanted = only is None or job.job_id in only
-        if wanted:  # the words cost more than the rest: only for the jobs asked about
+        if wanted is None or wanted(job, reason):
             promotion = _promotion_at(job, sched)
             if reason == "nodes":
                 text = _nodes_text(job, capacity)
@@ -169,6 +167,17 @@ def explain(
                 n_free -= k
         if policy.blocking and reason != "next-pass" and blocker is None:
             blocker = job
+    return out
+
+
+def active_jobs(sched: Scheduler) -> list[Job]:
+    """The jobs not finished yet (``Scheduler.jobs`` yields them first, then every finished
+    job ever: stop there)."""
+    out = []
+    for job in sched.jobs():
+        if job.state.finished:
+            break
+        out.append(job)
     return out
 
 

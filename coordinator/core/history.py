@@ -10,7 +10,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import NamedTuple
 
-from coordinator.core.explain import duration_text, explain, queue_name
+from coordinator.core.explain import active_jobs, duration_text, explain, queue_name
 from coordinator.core.model import Allocation, Job, JobState
 from coordinator.core.scheduler import Scheduler
 
@@ -73,7 +73,7 @@ class Timeline:
         self._seen: dict[str, _Seen] = {}
 
     def prime(self, sched: Scheduler) -> None:
-        self._seen = {j.job_id: _seen(j) for j in _active(sched)}
+        self._seen = {j.job_id: _seen(j) for j in active_jobs(sched)}
 
     def observe(
         self,
@@ -84,7 +84,7 @@ class Timeline:
         """Events since the last look, job by job in submission order. ``step_of``: the
         training step a job has reached (the service knows it; the simulator does not)."""
         events: list[Event] = []
-        active = _active(sched)
+        active = active_jobs(sched)
         changed = [
             (j, old, cur) for j in active if (old := self._seen.get(j.job_id)) != (cur := _seen(j))
         ]
@@ -181,12 +181,3 @@ class Timeline:
 def _ran_again(old: _Seen, job: Job) -> bool:
     """Running now and then, but a run ended in between (the simulator's free checkpoints)."""
     return old.state is JobState.RUNNING and job.restarts > old.restarts
-
-
-def _active(sched: Scheduler) -> list[Job]:
-    out = []
-    for job in sched.jobs():  # active jobs come first
-        if job.state.finished:
-            break
-        out.append(job)
-    return out

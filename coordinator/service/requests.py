@@ -181,7 +181,8 @@ def _views(c: Server, jobs: list[Job], now: float) -> list[dict[str, Any]]:
         key=lambda j: c.sched.policy.key(j, now),
     )
     ranks = {j.job_id: i for i, j in enumerate(active, 1)}
-    pending = explain(c.sched, now, only={j.job_id for j in jobs})
+    shown = {j.job_id for j in jobs}
+    pending = explain(c.sched, now, lambda job, _: job.job_id in shown)
     views = []
     for j in jobs:
         rec = c.book.records[j.job_id]

@@ -22,6 +22,7 @@ from coordinator.core.model import (
     CoreError,
     Decision,
     ExitOutcome,
+    Job,
     JobSpec,
     Kill,
     Node,
@@ -275,10 +276,13 @@ class _Simulation:
         assert self.timeline is not None
         for e in self.timeline.observe(self.sched, now):
             self.records[e.job_id].history.append((e.time, e.text))
-        for p in explain(self.sched, now).values():
-            reasons = self.records[p.job_id].reasons
-            if not reasons or reasons[-1][1:3] != (p.queue, p.reason):
-                reasons.append((now, p.queue, p.reason, p.text))
+
+        def changed(job: Job, reason: str) -> bool:
+            reasons = self.records[job.job_id].reasons
+            return not reasons or reasons[-1][1:3] != (job.queue, reason)
+
+        for p in explain(self.sched, now, changed).values():
+            self.records[p.job_id].reasons.append((now, p.queue, p.reason, p.text))
 
     def _schedule(self, now: float) -> None:
         """Passes at ``now`` while they free GPUs: a preemption whose checkpoint is free exits

@@ -53,7 +53,9 @@ def main() -> None:
         timeline.observe(sched, now)
         page = {f"j{i}" for i in range(512, 1012)}
         reasons = best(args.repeat, lambda s=sched, t=now: explain(s, t))
-        paged = best(args.repeat, lambda s=sched, t=now, p=page: explain(s, t, only=p))
+        paged = best(
+            args.repeat, lambda s=sched, t=now, p=page: explain(s, t, lambda j, _: j.job_id in p)
+        )
         observe = best(args.repeat, lambda s=sched, t=now, tl=timeline: tl.observe(s, t))
         print(f"| {n:,} | {reasons:.1f} | {paged:.1f} | {observe:.1f} |")
 
