@@ -5,6 +5,7 @@ outcomes."""
 from __future__ import annotations
 
 from coordinator.core import events
+from coordinator.core.model import ExitOutcome
 from coordinator.service.agent import SETTLE
 from coordinator.service.runs import Forget, KillParts, LaunchGang, Signal
 from tiresias_launch.contract import JOB_TOKEN
@@ -124,3 +125,26 @@ def test_reconcile_kills_what_a_node_should_not_run_and_loses_what_it_no_longer_
     assert bench.book.records["j2"].run is None and bench.state("j2") == "waiting"
     bench.node("n1", 2, 2.0, running={"j1": 0})  # all agreed: nothing to do
     assert bench.take() == []
+
+
+def test_the_chiefs_checkpoint_counts_however_its_peers_ended() -> None:
+    bench = Bench(policy="tiresias-l", thresholds=[4.0])
+    bench.node("n1", 1)
+    bench.node("n2", 1)
+    _started(bench, "j1", 2)
+    bench.submit("j2", 1, 3.0)
+    (signal,) = bench.schedule(3.0)
+    assert signal == Signal("j1", 0, ("n1", "n2"), "SIGTERM", GRACE)
+    bench.exit("j1", "n2", "preempted", 3.5, codes=(-15,))  # a worker died of the signal
+    bench.exit("j1", "n1", "checkpointed", 4.0, codes=(75,))  # the chief saved
+    assert bench.state("j1") == "waiting" and bench.book.records["j1"].lost is None
+    assert events.Exited("j1", 4.0, ExitOutcome.CHECKPOINTED) in bench.ledger.events
+
+
+def test_a_node_back_with_other_gpus_is_a_new_node_to_the_core() -> None:
+    bench = Bench(policy="yarn-cs")
+    bench.node("n1", 2)
+    bench.node("n1", 2, 1.0)  # the same node again: nothing new for the core
+    bench.node("n1", 4, 2.0)
+    assert [type(e).__name__ for e in bench.ledger.events] == ["NodeUp", "NodeDown", "NodeUp"]
+    assert bench.sched.free_gpus()["n1"] == (0, 1, 2, 3)
