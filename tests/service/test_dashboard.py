@@ -129,7 +129,9 @@ def test_dashboard_page_in_headless_chromium(cluster: Cluster) -> None:
 
     def preempted(port: int) -> None:
         dom = rendered(port)
-        assert "in Q2 since its service passed 4 GPU-s" in waiting_row(dom, "j1")
+        row = waiting_row(dom, "j1")
+        assert "in Q2 since its service passed 4 GPU-s" in row
+        assert re.search(r'<td>4\.0 <svg [^>]*class="spark"><polyline points="1\.0,1\.0 ', row), row
         assert waiting_row(dom, "j2") == ""
         events = dom.split('<table id="events">', 1)[1]
         assert re.search(r"<td>preempted( at step \d+)? for j2 \(Q1\)</td>", events), events
