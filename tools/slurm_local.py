@@ -105,6 +105,7 @@ JobRequeue=1
 RequeueExitHold={EXIT_CHECKPOINTED}
 MinJobAge=86400
 KillWait=5
+SlurmdTimeout=10
 {node_lines}
 {parts}
 """
@@ -240,6 +241,27 @@ class LocalSlurm:
             time.sleep(0.05)
         raise RuntimeError(f"timed out after {timeout}s waiting for {what}; see {self.root}/log")
 
+    def fail_node(self, node: str) -> list[int]:
+        """The machine ``node`` stops: its slurmd is killed, and its job steps and their
+        processes are frozen (SIGSTOP), as if it had lost power; the frozen pids."""
+        self._procs[f"slurmd-{node}"].kill()
+        self._procs.pop(f"slurmd-{node}").wait()
+        frozen = []
+        for pid in _pids_of_node(node):
+            for target in (pid, _parent(pid)):  # a task, and its slurmstepd
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(target, signal.SIGSTOP)
+                    frozen.append(target)
+        return frozen
+
+    def revive_node(self, node: str, frozen: list[int], timeout: float = 60.0) -> None:
+        """Put a failed node back: what it ran is gone; a fresh slurmd registers it idle."""
+        for pid in frozen:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        self._spawn(f"slurmd-{node}", ["slurmd", "-D", "-N", node, "-f", str(self.conf)])
+        self._wait(lambda: self.states().get(node) == "idle", timeout, f"{node} idle again")
+
     def jobs(self) -> list[str]:
         """Ids of the jobs Slurm still holds (pending, running, completing)."""
         out = self.run("squeue", "-h", "-t", "PD,R,CG,S,SE,RQ,RH,RS,RF,CF", "-o", "%i", check=False)
@@ -269,6 +291,30 @@ class LocalSlurm:
                 except subprocess.TimeoutExpired:
                     proc.kill()
                     proc.wait()
+
+
+def _pids_of_node(node: str) -> list[int]:
+    """Processes Slurm started on ``node`` (their environment names it)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            environ = (entry / "environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if f"SLURMD_NODENAME={node}".encode() in environ:
+            found.append(int(entry.name))
+    return found
+
+
+def _parent(pid: int) -> int:
+    """``pid``'s parent when that is a slurmstepd, else ``pid`` itself."""
+    with contextlib.suppress(OSError, ValueError, IndexError):
+        ppid = int((Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[1])
+        if (Path("/proc") / str(ppid) / "cmdline").read_bytes().startswith(b"slurmstepd"):
+            return ppid
+    return pid
 
 
 def main() -> int:

@@ -90,3 +90,24 @@ def test_coordinator_killed_mid_run(cluster: Cluster, slurm: LocalSlurm) -> None
         assert cluster.logs(job).count(f"=== {job} restart 0 on") == processes
     assert "done after 100 steps" in cluster.logs(gang)
     assert sacct_states(slurm, cluster.job(gang)["key"]) == ["COMPLETED"]
+
+
+def test_node_failure_resumes_from_the_last_checkpoint(cluster: Cluster, slurm: LocalSlurm) -> None:
+    """A Slurm node stops (slurmd gone, its processes frozen): the node is lost with the
+    job's part there, and the core resumes the job on the other node from its last
+    checkpoint (step 10; it ran to 12)."""
+    cluster.start_coordinator("--executor", "slurm", "--slurm-partition", "tiresias")
+    cluster.wait_nodes("n1", "n2")
+    args = ("--steps", "14", "--step-time", STEP, "--checkpoint-every", "5", "--hold-at", "12")
+    job = cluster.submit(*args, workers=2)
+    wait_until(lambda: "holding at step 12" in cluster.logs(job), 60, "the job to hold")
+    [(node, _)] = cluster.job(job)["placement"].items()
+    frozen = slurm.fail_node(node)
+    try:
+        wait_until(lambda: running(cluster, job, 1), 90, "the job to resume elsewhere")
+        assert list(cluster.job(job)["placement"]) != [node]
+        resumed = "start at step 10 (restart 1"  # from the last checkpoint
+        wait_until(lambda: resumed in cluster.logs(job), 60, "the resumed run")
+        assert node not in slurm.run("squeue", "-h", "-t", "R", "-o", "%N")
+    finally:
+        slurm.revive_node(node, frozen)
