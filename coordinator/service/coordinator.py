@@ -256,7 +256,7 @@ class Coordinator:
                             )
                             continue
                         self.peer = peer_of(frames[0], self.opts.admins)
-                        self._on_frame(rid.bytes, frames[0].bytes)
+                        self.handle_frame(rid.bytes, frames[0].bytes)
                 try:
                     self._timers()
                 except sqlite3.Error as e:
@@ -350,7 +350,9 @@ class Coordinator:
         return True
 
     # --- messages -----------------------------------------------------------------------
-    def _on_frame(self, rid: bytes, frame: bytes) -> None:
+    def handle_frame(self, rid: bytes, frame: bytes) -> None:
+        """One message from route ``rid`` (sent by ``self.peer``): checked, authorized,
+        handled, answered."""
         try:
             msg = protocol.decode(frame)
         except protocol.ProtocolError as e:

@@ -11,7 +11,13 @@ following pass sees a few completions and as many arrivals, so 10,000 jobs keep 
 Each pass is measured as the service runs it: the core pass plus its journal commit.
 
     python tools/bench/service_bench.py messages [--senders 8] [--messages 40000]
+``handler``: CPU time the coordinator spends per ``report`` (decode, validation, access
+check, bookkeeping), in this process with the socket left out, so that it does not depend on
+the machine's load as ``messages`` does: a change to the service core shows here.
+
+    python tools/bench/service_bench.py messages [--senders 8] [--messages 40000]
     python tools/bench/service_bench.py pass [--nodes 1000] [--jobs 10000] [--passes 300]
+    python tools/bench/service_bench.py handler [--messages 100000]
 """
 
 from __future__ import annotations
@@ -36,7 +42,8 @@ from coordinator.core.events import Exited, NodeUp, Schedule, Submit, to_wire
 from coordinator.core.model import ExitOutcome, JobSpec, Node
 from coordinator.core.settings import build_scheduler
 from coordinator.service.client import Client
-from coordinator.service.coordinator import Options
+from coordinator.service.coordinator import Coordinator, Options
+from coordinator.service.identity import ANY_NODE, Peer
 from coordinator.service.store import Store
 
 
@@ -48,8 +55,8 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _sender(address: str, job_ids: list[str], count: int, go: Any) -> None:
-    frames = [
+def _reports(job_ids: list[str]) -> list[bytes]:
+    return [
         protocol.encode(
             "report",
             job_id=j,
@@ -63,6 +70,10 @@ def _sender(address: str, job_ids: list[str], count: int, go: Any) -> None:
         )
         for i, j in enumerate(job_ids)
     ]
+
+
+def _sender(address: str, job_ids: list[str], count: int, go: Any) -> None:
+    frames = _reports(job_ids)
     ctx = zmq.Context()  # never the parent's: contexts do not survive fork
     sock = ctx.socket(zmq.DEALER)
     sock.sndhwm = 100_000
@@ -197,6 +208,36 @@ def bench_pass(nodes: int, jobs: int, passes: int, seed: int = 1) -> dict[str, f
     }
 
 
+class _Discard:
+    """Stands in for the ROUTER socket: replies go nowhere."""
+
+    def send_multipart(self, frames: list[bytes]) -> None:
+        pass
+
+
+def bench_handler(messages: int) -> dict[str, float]:
+    with tempfile.TemporaryDirectory() as state:
+        coord = Coordinator(Options(state=Path(state), allow_root_jobs=True))
+        coord.sock = _Discard()  # type: ignore[assignment]
+        coord.peer = Peer(user="bench", node=ANY_NODE, admin=True)
+        register = protocol.encode("register", id=1, node="bench", gpus=[{"index": 0}], running=[])
+        coord.handle_frame(b"agent", register)
+        for _ in range(50):  # reports need known jobs
+            coord.handle_frame(b"client", protocol.encode("submit", id=2, argv=["x.py"], workers=1))
+        frames = _reports([f"j{i}" for i in range(1, 51)])
+        t0 = time.process_time()
+        for i in range(messages):
+            coord.handle_frame(b"client", frames[i % len(frames)])
+        cpu = time.process_time() - t0
+        coord.store.close()
+    return {
+        "messages": messages,
+        "cpu_seconds": round(cpu, 3),
+        "reports_per_cpu_second": round(messages / cpu),
+        "cpu_us_per_report": round(cpu / messages * 1e6, 2),
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = ap.add_subparsers(dest="what", required=True)
@@ -207,9 +248,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--nodes", type=int, default=1000)
     p.add_argument("--jobs", type=int, default=10_000)
     p.add_argument("--passes", type=int, default=300)
+    h = sub.add_parser("handler")
+    h.add_argument("--messages", type=int, default=100_000)
     args = ap.parse_args(argv)
     if args.what == "messages":
         result = bench_messages(args.senders, args.messages)
+    elif args.what == "handler":
+        result = bench_handler(args.messages)
     else:
         result = bench_pass(args.nodes, args.jobs, args.passes)
     print(json.dumps(result))
