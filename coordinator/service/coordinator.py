@@ -41,6 +41,7 @@ from coordinator.service import (
     slurm,
 )
 from coordinator.service import keys as curve
+from coordinator.service.commands import send
 from coordinator.service.executor import (
     Executor,
     ExecutorEvent,
@@ -54,7 +55,7 @@ from coordinator.service.logfetch import LogFetches
 from coordinator.service.metrics import Metrics
 from coordinator.service.options import Options
 from coordinator.service.ports import JobPorts
-from coordinator.service.runs import RunBook, RunSettings, When, send
+from coordinator.service.runs import RunBook, RunSettings, When
 from coordinator.service.store import Store
 
 log = logging.getLogger("tiresias.coordinator")
@@ -192,11 +193,6 @@ class Coordinator:
         commands, self.book.commands = self.book.commands, []
         send(commands, self.executor)
 
-    def _step(self, job_id: str) -> int | None:
-        """The training step the job last reported (for its history)."""
-        rec = self.book.records.get(job_id)
-        return rec.progress.step if rec is not None else None
-
     def when(self) -> When:
         return When(self.clock.now(), time.monotonic(), time.time())
 
@@ -312,7 +308,7 @@ class Coordinator:
             decisions = self.core(events.Schedule(now))
             self.metrics.pass_latency.observe(time.perf_counter() - t0)
             self.act(decisions)
-            self.history.record(self.sched, now, self._step)
+            self.history.record(self.sched, now, self.book.step_of)
 
     def act(self, decisions: list[Decision]) -> None:
         if decisions:

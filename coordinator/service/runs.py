@@ -8,8 +8,8 @@ checkpoint counts however its peers ended; one failed part fails the run and sto
 rest), counts work lost to preemptions without a checkpoint, learns PACKLIMIT from finished
 runs, and loses the parts of nodes that went away or no longer have them.
 
-It reads no clock and sends nothing: times come in as ``When``, commands go to
-``commands`` (sent by the coordinator after the journal commit), core calls and record
+It reads no clock and sends nothing: times come in as ``When``, commands (``commands.py``)
+go to ``commands`` (sent by the coordinator after the journal commit), core calls and record
 writes go through the ``Ledger`` (the coordinator's journal transaction).
 """
 
@@ -29,7 +29,8 @@ from coordinator.core.scheduler import Scheduler
 from coordinator.gang import GangRequest, plan
 from coordinator.protocol import PartOutcome
 from coordinator.service.agent import SETTLE
-from coordinator.service.executor import Executor, Gang, ProcessLaunch
+from coordinator.service.commands import Command, Forget, KillParts, LaunchGang, Signal
+from coordinator.service.executor import Gang, ProcessLaunch
 from coordinator.service.metrics import Metrics
 from coordinator.service.records import JobRecord, Lost, Run
 from tiresias_launch.contract import EXIT_CHECKPOINTED, JOB_TOKEN, PREEMPT_SIGNAL
@@ -51,51 +52,6 @@ class When:
     now: float
     mono: float
     wall: float
-
-
-@dataclass(frozen=True)
-class LaunchGang:
-    gang: Gang
-
-
-@dataclass(frozen=True)
-class Signal:
-    job_id: str
-    restart: int
-    nodes: tuple[str, ...]
-    signal: str
-    grace: float
-
-
-@dataclass(frozen=True)
-class KillParts:
-    job_id: str
-    restart: int
-    nodes: tuple[str, ...]
-    grace: float = 0.0
-
-
-@dataclass(frozen=True)
-class Forget:
-    """The job is finished for good."""
-
-    job_id: str
-
-
-Command = LaunchGang | Signal | KillParts | Forget
-
-
-def send(commands: list[Command], executor: Executor) -> None:
-    """Hand commands to the executor (after the transaction that decided them)."""
-    for cmd in commands:
-        if isinstance(cmd, LaunchGang):
-            executor.launch(cmd.gang)
-        elif isinstance(cmd, Signal):
-            executor.signal(cmd.job_id, cmd.restart, cmd.nodes, cmd.signal, cmd.grace)
-        elif isinstance(cmd, KillParts):
-            executor.kill(cmd.job_id, cmd.restart, cmd.nodes, cmd.grace)
-        else:
-            executor.forget(cmd.job_id)
 
 
 class Ledger(Protocol):
@@ -385,6 +341,11 @@ class RunBook:
     def add(self, job_id: str, rec: JobRecord) -> None:
         self.records[job_id] = rec
         self.ledger.save(job_id)
+
+    def step_of(self, job_id: str) -> int | None:
+        """The training step the job last reported."""
+        rec = self.records.get(job_id)
+        return rec.progress.step if rec is not None else None
 
     def finished(self, job_id: str, when: When) -> None:
         """The core finished the job for good (its last run ended, or it was cancelled

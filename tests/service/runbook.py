@@ -11,10 +11,11 @@ from coordinator.core import events
 from coordinator.core.model import Decision, JobSpec
 from coordinator.core.packlimit import PackLimit
 from coordinator.core.settings import build_scheduler
+from coordinator.service.commands import Command
 from coordinator.service.coordinator import Options
 from coordinator.service.metrics import Metrics
 from coordinator.service.records import JobRecord, Request
-from coordinator.service.runs import Command, RunBook, RunSettings, When
+from coordinator.service.runs import RunBook, RunSettings, When
 
 GRACE = 30.0
 HEARTBEAT = 10.0

@@ -10,7 +10,7 @@ machine takes to start or stop a process, and only the order is compared."""
 from __future__ import annotations
 
 from coordinator.core.model import JobSpec, Node
-from coordinator.service.runs import KillParts, LaunchGang, Signal
+from coordinator.service.commands import KillParts, LaunchGang, Signal
 from coordinator.service.store import Store
 from coordinator.sim.engine import simulate
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from coordinator.core import events
 from coordinator.core.model import ExitOutcome
 from coordinator.service.agent import SETTLE
-from coordinator.service.runs import Forget, KillParts, LaunchGang, Signal
+from coordinator.service.commands import Forget, KillParts, LaunchGang, Signal
 from tiresias_launch.contract import JOB_TOKEN
 
 from .runbook import GRACE, HEARTBEAT, Bench
