@@ -10,31 +10,22 @@ from coordinator.core import (
     ExitOutcome,
     JobSpec,
     JobState,
-    Node,
     Preempt,
     Scheduler,
-    SchedulerConfig,
     make_placement,
-    make_policy,
 )
 from coordinator.core.explain import duration_text, explain
 from coordinator.core.history import Event, Timeline
 from coordinator.core.replay import Replay
 from tests.core.test_properties import PROPS, policy_of, workloads
+from tests.core.test_scheduler import sched as scheduler
 
 CP = ExitOutcome.CHECKPOINTED
 
 
-def sched(
-    policy: str = "tiresias-l",
-    gpus: tuple[int, ...] = (4,),
-    placement: str = "consolidate",
-    **config: object,
-) -> Scheduler:
-    nodes = [Node(f"n{i}", tuple(range(g))) for i, g in enumerate(gpus)]
-    return Scheduler(
-        nodes, make_policy(policy), make_placement(placement), SchedulerConfig(**config)
-    )  # type: ignore[arg-type]
+def sched(policy: str = "tiresias-l", gpus: tuple[int, ...] = (4,), **options: object) -> Scheduler:
+    """test_scheduler's, on one 4-GPU node unless told otherwise."""
+    return scheduler(policy, gpus, **options)  # type: ignore[arg-type]
 
 
 def submit(s: Scheduler, job_id: str, gpus: int, now: float = 0.0, **spec: object) -> None:

@@ -73,25 +73,24 @@ def preempt_through_the_dashboard(
     cluster.wait_nodes("n")
     assert cluster.submit(*FOREVER, workers=2) == "j1"
     assert cluster.submit(*FOREVER) == "j2"
-    wait_until(
-        lambda: (
-            [j["job_id"] for j in state(port)["running"]] == ["j1"]
-            and [j["job_id"] for j in state(port)["waiting"]] == ["j2"]
-        ),
-        60,
-        "the dashboard to show j1 running and j2 waiting",
-    )
+    shows(port, running="j1", waiting="j2")
     waiting(port)
     cluster.client.request("advance", seconds=2.0)
-    wait_until(
-        lambda: (
-            [j["job_id"] for j in state(port)["waiting"]] == ["j1"]
-            and [j["job_id"] for j in state(port)["running"]] == ["j2"]
-        ),
-        60,
-        "the dashboard to show j1 preempted",
-    )
+    shows(port, running="j2", waiting="j1")
     preempted(port)
+
+
+def shows(port: int, running: str, waiting: str) -> None:
+    """Wait until the dashboard's snapshot has exactly these running and waiting jobs."""
+
+    def listed(kind: str) -> list[str]:
+        return [j["job_id"] for j in state(port)[kind]]
+
+    wait_until(
+        lambda: listed("running") == [running] and listed("waiting") == [waiting],
+        60,
+        f"the dashboard to show {running} running and {waiting} waiting",
+    )
 
 
 def test_dashboard_api_shows_jobs_reasons_and_preemptions(cluster: Cluster) -> None:
