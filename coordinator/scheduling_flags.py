@@ -8,13 +8,21 @@ from typing import Any
 
 import click
 
-from coordinator.argtypes import FACTOR, SECONDS
+from coordinator.argtypes import FACTOR, FEATURES, SECONDS
 from coordinator.clikit import option
 from coordinator.core.config import QUEUE_ORDERS
+from coordinator.core.gittins import SERVICE_FEATURES
 from coordinator.core.settings import Settings
 
 #: The ``Settings`` (and ``Options``, ``SimOptions``) fields :func:`scheduling_options` sets.
-SCHEDULING = ("queue_order", "min_run", "min_run_restores", "cheap_victims", "learn_thresholds")
+SCHEDULING = (
+    "queue_order",
+    "min_run",
+    "min_run_restores",
+    "cheap_victims",
+    "learn_thresholds",
+    "service_groups",
+)
 
 
 def scheduling_options(
@@ -65,6 +73,15 @@ def scheduling_options(
             default=Settings.learn_thresholds,
             help=f"{mode}tiresias-l/-g: learn the queue thresholds from completed jobs' GPU "
             "service (Gittins-derived, re-learned online; --thresholds is where they start)",
+        ),
+        option(
+            "--service-groups",
+            section=section,
+            type=FEATURES,
+            default=Settings.service_groups,
+            show_default="none: FIFO",
+            help=f"{mode}tiresias-l/-g: rank a queue's waiting jobs by the Gittins index of "
+            f"what completed jobs of their group needed; group by {', '.join(SERVICE_FEATURES)}",
         ),
     ]
 

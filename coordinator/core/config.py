@@ -6,6 +6,7 @@ import itertools
 import math
 from dataclasses import dataclass
 
+from coordinator.core.gittins import SERVICE_FEATURES
 from coordinator.core.model import CoreError
 
 #: Default thresholds in GPU-seconds of attained service: K = 5 queues, at 3,250 and 7,200
@@ -45,7 +46,10 @@ class SchedulerConfig:
     so they are preempted first. Both off by default: neither won on the measured slices
     (docs/simulator.md). ``learn_thresholds``: tiresias-l and tiresias-g replace
     ``queue_thresholds`` (their starting point) by thresholds learned from completed jobs'
-    service (``coordinator.core.queued.Queued``)."""
+    service (``coordinator.core.queued.Queued``). ``service_groups``: features
+    (``SERVICE_FEATURES``) that group similar jobs; tiresias-l and tiresias-g then rank the
+    waiting jobs of a queue by the Gittins index of what completed jobs of their group
+    needed (``coordinator.core.gittins.ServiceGroups``); empty: FIFO by first start."""
 
     queue_thresholds: tuple[float, ...] = DEFAULT_QUEUE_THRESHOLDS
     promote_knob: float = math.inf
@@ -56,6 +60,7 @@ class SchedulerConfig:
     min_run_restores: float = 0.0
     cheap_victims: bool = False
     learn_thresholds: bool = False
+    service_groups: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         q = tuple(float(x) for x in self.queue_thresholds)
@@ -74,6 +79,17 @@ class SchedulerConfig:
             raise CoreError(
                 f"unknown queue order {self.queue_order!r}; valid: {', '.join(QUEUE_ORDERS)}"
             )
+        groups = tuple(str(f) for f in self.service_groups)
+        object.__setattr__(self, "service_groups", groups)
+        if bad := [f for f in groups if f not in SERVICE_FEATURES] or len(set(groups)) < len(
+            groups
+        ):
+            raise CoreError(
+                f"service groups are distinct features among {', '.join(SERVICE_FEATURES)}, "
+                f"got {', '.join(map(str, bad or groups))}"
+            )
+        if groups and self.queue_order != "running-first":
+            raise CoreError("service groups rank waiting jobs: they need queue order running-first")
 
     @property
     def queues(self) -> int:
@@ -90,6 +106,7 @@ class SchedulerConfig:
             "min_run_restores": self.min_run_restores,
             "cheap_victims": self.cheap_victims,
             "learn_thresholds": self.learn_thresholds,
+            "service_groups": list(self.service_groups),
         }
 
     @classmethod
@@ -106,4 +123,5 @@ class SchedulerConfig:
             min_run_restores=float(d.get("min_run_restores", 0.0)),  # type: ignore[arg-type]
             cheap_victims=bool(d.get("cheap_victims", False)),
             learn_thresholds=bool(d.get("learn_thresholds", False)),
+            service_groups=tuple(d.get("service_groups", ())),  # type: ignore[arg-type]
         )

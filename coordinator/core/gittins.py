@@ -17,8 +17,9 @@ from __future__ import annotations
 import bisect
 import math
 from collections.abc import Iterable
+from typing import Any
 
-from coordinator.core.model import CoreError
+from coordinator.core.model import CoreError, Job
 
 GITTINS_VARIANTS: tuple[str, ...] = ("as-written", "authors")
 
@@ -153,6 +154,123 @@ class ServiceDistribution:
         dist = cls(d["sorted"], rebuild_fraction=d["rebuild_fraction"])  # type: ignore[arg-type]
         dist._pending = [float(x) for x in d["pending"]]  # type: ignore[attr-defined]
         return dist
+
+
+#: What a job's group may be made of (``ServiceGroups``): its owner, virtual cluster, GPU
+#: count, model (the trace's job name), and its submission batch.
+SERVICE_FEATURES: tuple[str, ...] = ("user", "vc", "gpus", "model", "batch")
+#: A group's own distribution ranks its jobs once it has this many completed jobs; fewer
+#: fall back to the next coarser group, then to every completed job.
+GROUP_MIN_SAMPLES = 3
+#: Jobs of one group (less the batch) submitted within this many seconds of the first one
+#: form one batch: a sweep, or a user's burst of similar runs.
+BATCH_SPAN = 3600.0
+
+
+class ServiceGroups:
+    """Service distributions learned per group of similar jobs, for ranking jobs that have
+    not finished by what finished jobs like them needed. A job's group is the tuple of its
+    ``features`` (``SERVICE_FEATURES``); its ranking distribution is that of the finest group
+    with at least ``min_samples`` completed jobs, dropping "batch", then the rest, down to the
+    global distribution of every completed job. Only finished jobs teach it (``learn``),
+    never a job's own future. ``index`` is the full-horizon Gittins index of the attained
+    service: a job of a group that usually ends soon after it ranks first. ``version`` of
+    each distribution tells the policy which waiting jobs to re-rank."""
+
+    def __init__(
+        self,
+        features: Iterable[str],
+        *,
+        min_samples: int = GROUP_MIN_SAMPLES,
+        batch_span: float = BATCH_SPAN,
+    ) -> None:
+        self.features = tuple(features)
+        unknown = [f for f in self.features if f not in SERVICE_FEATURES]
+        if unknown or not self.features:
+            raise CoreError(
+                f"service groups need features among {', '.join(SERVICE_FEATURES)}, "
+                f"got {', '.join(self.features) or 'none'}"
+            )
+        self.min_samples = min_samples
+        self.batch_span = batch_span
+        self.everyone = ServiceDistribution()
+        self._groups: dict[tuple[object, ...], ServiceDistribution] = {}
+        self._batch_of: dict[str, float] = {}  # active job → arrival of its batch's first job
+        self._last: dict[tuple[object, ...], float] = {}  # group less batch → its last batch
+        self._memo: dict[tuple[object, ...], float] = {}  # (group, version, service) → index
+
+    def levels(self, job: Job) -> list[tuple[object, ...]]:
+        """``job``'s groups, finest first (the last, ``()``, is everyone)."""
+        s = job.spec
+        values: list[object] = []
+        for f in self.features:
+            if f == "batch":
+                values.append(self._batch(job))
+            elif f == "gpus":
+                values.append(s.gpus)
+            else:
+                values.append(getattr(s, f))
+        out = [tuple(values)]
+        if "batch" in self.features and len(self.features) > 1:
+            i = self.features.index("batch")
+            out.append(tuple(v for j, v in enumerate(values) if j != i))
+        return [*out, ()]
+
+    def _batch(self, job: Job) -> float:
+        """The job's batch, assigned when it is first seen (jobs arrive in order)."""
+        s = job.spec
+        if (b := self._batch_of.get(s.job_id)) is not None:
+            return b
+        key = tuple(s.gpus if f == "gpus" else getattr(s, f) for f in self.features if f != "batch")
+        last = self._last.get(key)
+        b = last if last is not None and 0 <= s.arrival - last <= self.batch_span else s.arrival
+        self._last[key] = b
+        self._batch_of[s.job_id] = b
+        return b
+
+    def distribution(self, job: Job) -> tuple[tuple[object, ...], ServiceDistribution]:
+        """The group whose distribution ranks ``job`` now, and that distribution."""
+        for level in self.levels(job)[:-1]:
+            d = self._groups.get(level)
+            if d is not None and len(d) >= self.min_samples:
+                return level, d
+        return (), self.everyone
+
+    def index(self, job: Job) -> float:
+        level, d = self.distribution(job)
+        memo = (level, d.version, job.spec.gpus * job.total_executed)
+        if (g := self._memo.get(memo)) is None:
+            if len(self._memo) > 100_000:
+                self._memo.clear()
+            g = self._memo[memo] = d.gittins_index(memo[2])
+        return g
+
+    def learn(self, job: Job, service: float) -> list[tuple[object, ...]]:
+        """Add a completed job's service to each of its groups; returns those groups."""
+        levels = self.levels(job)
+        for level in levels[:-1]:
+            self._groups.setdefault(level, ServiceDistribution()).add(service)
+        self.everyone.add(service)
+        return levels
+
+    def forget(self, job_id: str) -> None:
+        """A job left the system: its batch is no longer needed (the batch itself lives on
+        in ``_last`` while jobs keep joining it)."""
+        self._batch_of.pop(job_id, None)
+
+    def export_state(self) -> dict[str, object]:
+        return {
+            "everyone": self.everyone.export_state(),
+            "groups": [[list(k), d.export_state()] for k, d in self._groups.items()],
+            "batch_of": dict(self._batch_of),
+            "last": [[list(k), v] for k, v in self._last.items()],
+        }
+
+    def load_state(self, d: dict[str, Any]) -> None:
+        self.everyone = ServiceDistribution.from_state(d["everyone"])
+        self._groups = {tuple(k): ServiceDistribution.from_state(v) for k, v in d["groups"]}
+        self._batch_of = {k: float(v) for k, v in d["batch_of"].items()}
+        self._last = {tuple(k): float(v) for k, v in d["last"]}
 
 
 def _check(s: float) -> float:

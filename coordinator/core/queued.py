@@ -10,7 +10,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from coordinator.core.config import SchedulerConfig
-from coordinator.core.gittins import GITTINS_VARIANTS, ServiceDistribution
+from coordinator.core.gittins import GITTINS_VARIANTS, ServiceDistribution, ServiceGroups
 from coordinator.core.model import CoreError, Job, JobState
 from coordinator.core.policy_base import Key, Timed, executed_for_order, fifo_by_start
 
@@ -53,6 +53,12 @@ class Queued(Timed):
         self._pending: dict[str, float | None] = {}
         self._learned_at = 0  # samples when the thresholds were last learned
         self._relearn = self._learn_thresholds and len(self.distribution) >= LEARN_AFTER
+        groups = config.service_groups
+        self._groups = ServiceGroups(groups) if groups else None
+        # waiting job → (its groups, the group that ranked it, that distribution's version)
+        self._ranked: dict[str, tuple[list[tuple[object, ...]], tuple[object, ...], int]] = {}
+        self._by_group: dict[tuple[object, ...], set[str]] = {}  # group → its waiting jobs
+        self._grown: set[tuple[object, ...]] = set()  # groups that learned since the last pass
 
     def _in_queue(self, job: Job) -> Key:
         """Order inside a FIFO queue (``SchedulerConfig.queue_order``): by first start, with
@@ -64,6 +70,8 @@ class Queued(Timed):
         protected = running and not job.checkpointable
         if self._running_first:
             rank = 0 if protected else 1 if running else 2
+            if rank == 2 and self._groups is not None:  # waiting: likely-short groups first
+                return (2, -self._groups.index(job), *fifo_by_start(job))
             if self._cheap_victims:  # the costliest to stop keep their GPUs first
                 cost = job.checkpoint_cost + job.restore_cost if running else 0.0
                 return (rank, -cost, *fifo_by_start(job))
@@ -83,6 +91,38 @@ class Queued(Timed):
             if job.state is JobState.WAITING:
                 job.queue = bisect.bisect_right(self.thresholds, job.gpus * job.executed)
         super().changed(job, now)
+        if self._groups is not None:
+            self._rank(job)
+
+    def _rank(self, job: Job) -> None:
+        """Note which groups' learning may re-rank waiting ``job``: the one that ranks it,
+        and the finer ones that will once they have enough samples."""
+        job_id = job.job_id
+        if (old := self._ranked.pop(job_id, None)) is not None:
+            for level in old[0]:
+                self._by_group[level].discard(job_id)
+        if job.state is JobState.WAITING and job_id in self._members:
+            assert self._groups is not None
+            levels = self._groups.levels(job)
+            chosen, dist = self._groups.distribution(job)
+            levels = levels[: levels.index(chosen) + 1]
+            self._ranked[job_id] = (levels, chosen, dist.version)
+            for level in levels:
+                self._by_group.setdefault(level, set()).add(job_id)
+
+    def _rerank(self, now: float) -> None:
+        """Re-file the waiting jobs whose ranking distribution changed since they were filed."""
+        assert self._groups is not None
+        stale: set[str] = set()
+        for level in self._grown:
+            for job_id in self._by_group.get(level, ()):
+                _, chosen, version = self._ranked[job_id]
+                c, d = self._groups.distribution(self._members[job_id])
+                if (c, d.version) != (chosen, version):
+                    stale.add(job_id)
+        self._grown.clear()
+        for job_id in sorted(stale):
+            self.changed(self._members[job_id], now)
 
     def _next_change(self, job: Job) -> tuple[float, int] | None:
         if job.state is JobState.RUNNING:
@@ -113,6 +153,8 @@ class Queued(Timed):
             job.promotions += 1
 
     def refresh(self, now: float) -> None:
+        if self._grown:
+            self._rerank(now)
         if self._relearn:
             self._relearn = False
             self._learned_at = len(self.distribution)
@@ -129,6 +171,10 @@ class Queued(Timed):
         super().refresh(now)
 
     def finished(self, job: Job) -> None:
+        if self._groups is not None:
+            if job.state is JobState.COMPLETED:
+                self._grown.update(self._groups.learn(job, job.gpus * job.total_executed))
+            self._groups.forget(job.job_id)
         if self._learns() and job.state is JobState.COMPLETED:
             self.distribution.add(job.gpus * job.total_executed)
             n = len(self.distribution)
@@ -144,7 +190,7 @@ class Queued(Timed):
             "thresholds": list(self.thresholds),
             "learned_at": self._learned_at,
             "pending": dict(self._pending),
-        }
+        } | ({} if self._groups is None else {"groups": self._groups.export_state()})
 
     def load_state(self, state: dict[str, Any]) -> None:
         self.distribution = ServiceDistribution.from_state(state["distribution"])
@@ -155,6 +201,8 @@ class Queued(Timed):
                 k: None if v is None else float(v) for k, v in state["pending"].items()
             }
             self._relearn = False
+        if self._groups is not None and "groups" in state:
+            self._groups.load_state(state["groups"])
 
 
 class TiresiasL(Queued):
@@ -219,7 +267,8 @@ class TiresiasG(Queued):
         if q >= len(self.thresholds):
             return (q, 0.0, *self._in_queue(job))
         a = job.spec.gpus * executed_for_order(job, now, self.config.interval)
-        g = self.distribution.index(a, self.thresholds[q], self._authors)
+        dist = self.distribution if self._groups is None else self._groups.distribution(job)[1]
+        g = dist.index(a, self.thresholds[q], self._authors)
         return (q, -g, *fifo_by_start(job))  # an index tie: the earlier start
 
     def _running_keys(self, now: float) -> Iterable[Key]:

@@ -41,6 +41,7 @@ class Settings:
     min_run_restores: float = 0.0
     cheap_victims: bool = False
     learn_thresholds: bool = False
+    service_groups: tuple[str, ...] = ()
     packlimit: float | None = None
     gittins_samples: tuple[float, ...] | None = None
     gittins_variant: str | None = None
@@ -66,6 +67,7 @@ class Settings:
             min_run_restores=self.min_run_restores,
             cheap_victims=self.cheap_victims,
             learn_thresholds=self.learn_thresholds,
+            service_groups=self.service_groups,
         )
 
     def make_policy(self) -> Policy:
@@ -90,6 +92,7 @@ class Settings:
         record = asdict(self)
         del record["gittins_samples"]
         record["thresholds"] = list(self.thresholds)
+        record["service_groups"] = list(self.service_groups)
         record["promote_knob"] = None if math.isinf(self.promote_knob) else self.promote_knob
         return record
 

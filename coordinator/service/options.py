@@ -35,6 +35,7 @@ class Options:
     min_run_restores: float = 0.0
     cheap_victims: bool = False
     learn_thresholds: bool = False
+    service_groups: tuple[str, ...] = ()
     gittins_variant: str | None = None
     gittins_learn: bool = True
     heartbeat_timeout: float = 10.0

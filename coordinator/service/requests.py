@@ -53,6 +53,7 @@ def submit(c: Server, rid: bytes, msg: dict[str, Any]) -> dict[str, Any]:
         duration=msg.get("duration"),
         skew=msg.get("skew"),
         model=msg.get("name"),
+        user=owner,  # groups similar jobs (--service-groups user)
     )
     request = Request.from_wire({k: msg[k] for k in REQUEST_FIELDS if msg.get(k) is not None})
     request.owner = owner

@@ -277,6 +277,7 @@ def command(**a: Any) -> int:
             min_run_restores=args.min_run_restores,
             cheap_victims=args.cheap_victims,
             learn_thresholds=args.learn_thresholds,
+            service_groups=args.service_groups,
             interval=args.interval,
             gittins_samples=_samples(args.gittins_samples) if args.gittins_samples else None,
             gittins_variant=args.gittins_variant,

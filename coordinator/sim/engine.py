@@ -52,6 +52,8 @@ class SimOptions:
     cheap_victims: bool | None = None
     # tiresias-l/-g: thresholds learned from completed jobs (``thresholds``: the start)
     learn_thresholds: bool | None = None
+    # tiresias-l/-g: rank waiting jobs by what finished jobs of their group needed
+    service_groups: tuple[str, ...] | None = None
     # Re-evaluate priorities every ``interval`` seconds too; for las, instead of at the exact
     # times when attained services cross (the paper's Figure 7 model).
     interval: float | None = None

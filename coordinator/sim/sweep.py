@@ -17,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
+from coordinator.argtypes import service_features
 from coordinator.core.model import JobSpec, Node
 from coordinator.core.settings import build_scheduler
 from coordinator.sim.engine import SimOptions, core_settings, run
@@ -47,6 +48,7 @@ OPTION_PARSERS: dict[str, Callable[[str], object]] = {
     "min_run_restores": float,
     "cheap_victims": _flag,
     "learn_thresholds": _flag,
+    "service_groups": service_features,
     "preempt_cost": lambda t: t if t == "model" else float(t),
 }
 SWEEP_NAMES: tuple[str, ...] = (*OPTION_PARSERS, "cluster", "load")

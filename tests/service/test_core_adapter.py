@@ -55,6 +55,7 @@ def test_live_and_simulated_options_give_the_same_settings() -> None:
         "min_run_restores": 2.0,
         "cheap_victims": True,
         "learn_thresholds": True,
+        "service_groups": ("user", "gpus"),
         "packlimit": 0.4,
         "placement": "spread",
         "gittins_variant": "authors",
@@ -75,6 +76,7 @@ def test_live_and_simulated_options_give_the_same_settings() -> None:
 def test_coordinator_flags_reach_the_core_settings() -> None:
     flags = "--queue-order first-start --min-run 30 --min-run-restores 2 --cheap-victims"
     flags += " --learn-thresholds --gittins-variant authors --gittins-fixed --policy tiresias-g"
+    flags += " --service-groups user,batch"
     ctx = cli.command.make_context("tiresias-coordinator", flags.split())
     simulated = SimOptions(
         queue_order="first-start",
@@ -82,13 +84,17 @@ def test_coordinator_flags_reach_the_core_settings() -> None:
         min_run_restores=2.0,
         cheap_victims=True,
         learn_thresholds=True,
+        service_groups=("user", "batch"),
         gittins_variant="authors",
         gittins_learn=False,
     )
     assert cli.options(**ctx.params).settings() == core_settings("tiresias-g", simulated)
 
 
-@pytest.mark.parametrize("bad", ["--min-run-restores=-1", "--min-run=inf", "--queue-order=lifo"])
+@pytest.mark.parametrize(
+    "bad",
+    ["--min-run-restores=-1", "--min-run=inf", "--queue-order=lifo", "--service-groups=user,x"],
+)
 def test_a_bad_scheduling_flag_is_one_line_and_exit_2(
     bad: str, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -89,6 +89,10 @@ VARIANTS: dict[str, tuple[str, dict[str, object]]] = {
         {"learn_thresholds": True, "gittins_samples": "history"},
     ),
     "tiresias-l oracle thresholds": ("tiresias-l", {"thresholds": "oracle"}),
+    # waiting jobs ranked by their group's learned service (Philly has no user or job name)
+    "tiresias-l groups gpus": ("tiresias-l", {"service_groups": ("gpus",)}),
+    "tiresias-l groups gpus,batch": ("tiresias-l", {"service_groups": ("gpus", "batch")}),
+    "tiresias-g groups gpus,batch": ("tiresias-g", {"service_groups": ("gpus", "batch")}),
     "tiresias-g": ("tiresias-g", {}),
     "tiresias-g learned": ("tiresias-g", {"learn_thresholds": True}),
     "tiresias-g yarn-gput1000": ("tiresias-g", {"gittins_samples": "yarn-gput1000"}),
