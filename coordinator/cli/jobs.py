@@ -288,7 +288,11 @@ def submit(
 USER_HELP = "only this user's jobs"
 
 
-@client_command("status", "active jobs (or history), or one job in detail")
+@client_command(
+    "status",
+    "active jobs (or history), or one job in detail: why it waits, its place in line and its "
+    "history in words",
+)
 @argument("job", required=False, help="a job id (default: every active job, one line each)")
 @option("--all", "everything", is_flag=True, help="also every finished job")
 @option(
@@ -314,7 +318,9 @@ def status(
     return 0
 
 
-@client_command("queue", "active jobs by queue")
+@client_command(
+    "queue", "active jobs by queue, then each waiting job's place in line and why it waits"
+)
 @option("--user", default=None, metavar="USER", show_default="everyone's", help=USER_HELP)
 def queue(client: Client, as_json: bool, user: str | None) -> int:
     jobs = list_jobs(client, "queue", user=user)

@@ -143,8 +143,7 @@ class Timeline:
         )
         if stopped and job.preemptions > old.preemptions:
             others = [b for b in beneficiaries if b.job_id != job.job_id]
-            for_ = ", ".join(f"{b.job_id} ({queue_name(b.queue)})" for b in others[:3])
-            tell("preempted", f"preempted{at}" + (f" for {for_}" if for_ else ""))
+            tell("preempted", f"preempted{at}" + _for_whom(sched, job, others))
         elif stopped and job.cancel_requested:
             tell("cancelling", f"stopping{at}: cancel requested")
         elif stopped and job.state is not JobState.COMPLETED and job.state is not JobState.FAILED:
@@ -176,6 +175,20 @@ class Timeline:
                 }[job.state],
             )
         return [Event(job.job_id, now, k, t) for k, t in zip(kinds, out, strict=True)]
+
+
+def _for_whom(sched: Scheduler, job: Job, others: list[Job]) -> str:
+    """`` for j2 (Q1), a higher queue than its Q2``: who takes the GPUs, and why they
+    rank first (queues), or just who (other policies: their order is the reason)."""
+    if not others:
+        return ""
+    queued = hasattr(sched.policy, "thresholds")
+    names = ", ".join(
+        f"{b.job_id} ({queue_name(b.queue)})" if queued else b.job_id for b in others[:3]
+    ) + (" …" if len(others) > 3 else "")
+    if queued and all(b.queue < job.queue for b in others):
+        return f" for {names}, a higher queue than its {queue_name(job.queue)}"
+    return f" for {names}, ahead of it in {sched.policy.name}'s order"
 
 
 def _ran_again(old: _Seen, job: Job) -> bool:

@@ -195,7 +195,7 @@ def test_timeline_tells_each_job_in_words() -> None:
     assert s.schedule(25.0) == [Preempt("j1")]
     assert [(e.kind, e.text) for e in t.observe(s, 25.0, steps.get)] == [
         ("demoted", "demoted to Q2: its service passed 100 GPU-s"),
-        ("preempted", "preempted at step 40 for j2 (Q1)"),
+        ("preempted", "preempted at step 40 for j2 (Q1), a higher queue than its Q2"),
     ]
     s.exited("j1", 26.0, CP)
     s.schedule(26.0)
@@ -216,3 +216,16 @@ def test_timeline_tells_each_job_in_words() -> None:
     fresh = Timeline()
     fresh.prime(s)
     assert fresh.observe(s, 41.0) == []
+
+
+def test_timeline_says_who_took_the_gpus_under_other_policies() -> None:
+    s = sched("srtf")
+    t = Timeline()
+    submit(s, "j1", 4, duration=100.0)
+    s.schedule(0.0)
+    t.observe(s, 0.0)
+    submit(s, "j2", 4, now=10.0, duration=5.0)
+    assert s.schedule(10.0) == [Preempt("j1")]
+    assert [e.text for e in t.observe(s, 10.0) if e.kind == "preempted"] == [
+        "preempted for j2, ahead of it in srtf's order"
+    ]

@@ -133,7 +133,9 @@ def test_dashboard_page_in_headless_chromium(cluster: Cluster) -> None:
         assert re.search(r'<td>4\.0 <svg [^>]*class="spark"><polyline points="1\.0,1\.0 ', row), row
         assert waiting_row(dom, "j2") == ""
         events = dom.split('<table id="events">', 1)[1]
-        assert re.search(r"<td>preempted( at step \d+)? for j2 \(Q1\)</td>", events), events
+        assert re.search(
+            r"<td>preempted( at step \d+)? for j2 \(Q1\), a higher queue than its Q2</td>", events
+        ), events
 
     preempt_through_the_dashboard(cluster, waiting, preempted)
 

@@ -68,7 +68,9 @@ def test_reasons_positions_and_history_live_and_simulated(cluster: Cluster) -> N
     assert "starvation promotion to Q1 in 20s" in j1["pending"]["text"]
     assert [e["kind"] for e in j1["history"]] == ["submitted", "started", "demoted", "preempted"]
     preempted = j1["history"][-1]["text"]
-    assert preempted.startswith("preempted") and preempted.endswith(" for j2 (Q1)")
+    assert preempted.startswith("preempted") and preempted.endswith(
+        " for j2 (Q1), a higher queue than its Q2"
+    )
 
     # t=22: starvation promotion brings j1 back to Q1; j2, demoted to Q2 at t=6, yields
     cluster.client.request("advance", seconds=20.0)
@@ -91,7 +93,7 @@ def test_reasons_positions_and_history_live_and_simulated(cluster: Cluster) -> N
     ]
     text = cluster.cli("status", "j2").stdout
     assert f"waiting    Q2 #1, 1st overall: {j2['pending']['text']}" in text
-    assert "history:" in text and text.rstrip().endswith(" for j1 (Q1)")
+    assert "history:" in text and text.rstrip().endswith(" for j1 (Q1), a higher queue than its Q2")
     assert "  demoted to Q2: its service passed 4 GPU-s" in text
 
 

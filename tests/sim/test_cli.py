@@ -182,7 +182,7 @@ def test_out_with_reasons_tells_why_each_job_waited(
         (0.0, "submitted"),
         (0.0, "started on n000:0,1,2,3"),
         (25.0, "demoted to Q2: its service passed 100 GPU-s"),
-        (25.0, "preempted for 2 (Q1), 3 (Q1)"),
+        (25.0, "preempted for 2 (Q1), 3 (Q1), a higher queue than its Q2"),
         (50.0, "restarted on n000:0,1,2,3 (restart 1)"),
         (130.0, "completed after 1m of run time"),
     ]
