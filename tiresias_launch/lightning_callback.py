@@ -88,10 +88,10 @@ class _Preemption:
             return
         metrics = Path(logger.log_dir, "metrics.csv")
         if metrics.is_file():
-            rows = metrics.read_text()
+            rows = metrics.read_bytes()  # as written (csv ends its lines with \r\n)
             writer = logger.experiment  # creating it deletes the file
-            metrics.write_text(rows)
-            writer.metrics_keys = next(csv.reader([rows.partition("\n")[0]]))
+            metrics.write_bytes(rows)
+            writer.metrics_keys = next(csv.reader(rows.decode().splitlines()[:1]))
 
     def _read(self, ckpt: Checkpoint) -> None:
         saved = torch.load(ckpt.path / CKPT_FILE, map_location="cpu", weights_only=False, mmap=True)
@@ -137,7 +137,9 @@ class _Preemption:
     def on_train_batch_start(self, trainer: Any, pl_module: Any, batch: Any, idx: int) -> None:
         """The stop check before a batch, once everything of the batch before it (every
         callback's and the module's batch-end hooks, a validation, an epoch's end) is done:
-        a checkpoint here resumes with this batch and skips nothing."""
+        a checkpoint here resumes with this batch and skips nothing. With gradient
+        accumulation only where an optimizer step has just been taken (accumulated gradients
+        are in no checkpoint)."""
         self.position = {"epoch": trainer.current_epoch, "batch": idx}
         if self._first_batch is not None:
             set_rng_states(self._first_batch["rng"])
@@ -145,7 +147,7 @@ class _Preemption:
             # a batch end; this one was taken at a batch start
             trainer.fit_loop.epoch_loop._batches_that_stepped = self._first_batch["stepped"]
             self._first_batch = None
-        if self.rt.should_stop(self.step):
+        if idx % trainer.accumulate_grad_batches == 0 and self.rt.should_stop(self.step):
             self.rt.stop(self.save)
         self._t0 = time.perf_counter()
 

@@ -11,9 +11,10 @@ import random
 from pathlib import Path
 
 import pytest
+from launch.gangs import start
 
 from coordinator.gang import GangRequest
-from pytorch.runs import SCRIPTS, assert_same_run, losses, preempt_and_resume
+from pytorch.runs import SCRIPTS, TIMEOUT, assert_same_run, losses, preempt_and_resume
 
 pytest.importorskip("lightning", reason="needs PyTorch Lightning (the [torch] extra)")
 pytestmark = pytest.mark.torch
@@ -48,7 +49,26 @@ def assert_same_logs(plain_dir: Path, preempted_dir: Path) -> None:
     logs = preempted_dir / "logs" / "lightning_logs"
     assert sorted(p.name for p in logs.iterdir()) == ["version_0"]
     metrics = Path("logs", "lightning_logs", "version_0", "metrics.csv")
-    assert (preempted_dir / metrics).read_text() == (plain_dir / metrics).read_text()
+    assert (preempted_dir / metrics).read_bytes() == (plain_dir / metrics).read_bytes()
+
+
+def test_lightning_fit_with_accumulation_and_mid_epoch_validation(tmp_path: Path) -> None:
+    """Gradients accumulated over 2 batches and a validation every 4: held after a
+    validation, mid-epoch; the stop waits for an optimizer step (accumulated gradients are
+    in no checkpoint), and the resumed run skips no validation and repeats none."""
+    trainer = ("accumulate_grad_batches=2", "val_check_interval=4")
+    argv = (str(SCRIPTS / "lightning_fit.py"), str(EPOCHS), "1", "log-{rank}", "weights.pt")
+    hold = 12 * random.Random("lightning accumulate").randrange(EPOCHS) + 8
+    request = GangRequest((*argv, *trainer))
+    plain_dir, preempted_dir = preempt_and_resume(tmp_path, request, hold)
+    assert_same_run(plain_dir, preempted_dir, 1)
+    assert_same_logs(plain_dir, preempted_dir)
+    assert sum(line.startswith("val") for line in losses(preempted_dir, 0)) == 3 * EPOCHS
+    # between the two batches of an accumulation there is no stop check, so no hold either
+    (tmp_path / "odd").mkdir()
+    odd = start(request, tmp_path / "odd", env={"TIRESIAS_HOLD_AT_STEP": str(hold + 1)})
+    assert odd.wait(TIMEOUT) == [0], odd.tails()
+    assert "holding at step" not in odd.logs[0].read_text()
 
 
 def test_lightning_fit_resumes_at_an_epoch_end(tmp_path: Path) -> None:

@@ -2,7 +2,8 @@
 per-epoch LR schedule, a shuffled DataLoader, a validation set, ModelCheckpoint,
 LearningRateMonitor and a CSVLogger, and ``Trainer.fit``. It knows nothing of tiresias.
 
-Usage: lightning_fit.py EPOCHS DEVICES LOG WEIGHTS. Each rank logs "epoch batch indices… loss"
+Usage: lightning_fit.py EPOCHS DEVICES LOG WEIGHTS [TRAINER_ARG=INT…], e.g.
+accumulate_grad_batches=2 val_check_interval=4. Each rank logs "epoch batch indices… loss"
 per training batch and "val loss" per validation to LOG (with {rank}); rank 0 saves the final
 weights and ModelCheckpoint's best score to WEIGHTS.
 """
@@ -49,6 +50,7 @@ class Regressor(L.LightningModule):
 
 def main() -> None:
     epochs, devices, log_path, weights_path = sys.argv[1:5]
+    overrides = {k: int(v) for k, v in (arg.split("=") for arg in sys.argv[5:])}
     L.seed_everything(7)
     x = torch.randn(120, 6)
     data = TensorDataset(torch.arange(120), x, x.sum(dim=1, keepdim=True))
@@ -62,6 +64,7 @@ def main() -> None:
         logger=CSVLogger("logs"),
         log_every_n_steps=2,
         enable_progress_bar=False,
+        **overrides,
     )
     model = Regressor(log_path)
     trainer.fit(
