@@ -92,6 +92,18 @@ class Progress:
 
 
 @dataclass
+class LastExit:
+    """How the last part with process exits ended: on which node, at which step (of run
+    ``restart``, when it reported one), and each process's exit code."""
+
+    node: str
+    outcome: str
+    restart: int
+    step: int | None
+    processes: list[dict[str, Any]]  # role, task_index, code (negative: killed by a signal)
+
+
+@dataclass
 class Lost:
     """Work preempted without a checkpoint, to be run again."""
 
@@ -111,8 +123,7 @@ class JobRecord:
     checkpointable: bool | None = None
     checkpointable_why: str | None = None
     nodes_ever: list[str] = field(default_factory=list)
-    #: How the last run's part with process exits ended: node, outcome, restart, step, processes.
-    last_exit: dict[str, Any] | None = None
+    last_exit: LastExit | None = None
     exit_code: int | None = None
     log_tail: str | None = None
     lost: Lost | None = None
@@ -130,7 +141,7 @@ class JobRecord:
             checkpointable=d.get("checkpointable"),
             checkpointable_why=d.get("checkpointable_why"),
             nodes_ever=list(d.get("nodes_ever", [])),
-            last_exit=d.get("last_exit"),
+            last_exit=LastExit(**d["last_exit"]) if d.get("last_exit") else None,
             exit_code=d.get("exit_code"),
             log_tail=d.get("log_tail"),
             lost=Lost(**d["lost"]) if d.get("lost") else None,
@@ -143,4 +154,5 @@ class JobRecord:
         d["run"] = self.run.to_wire() if self.run else None
         d["progress"] = self.progress.to_wire()
         d["lost"] = asdict(self.lost) if self.lost else None
+        d["last_exit"] = asdict(self.last_exit) if self.last_exit else None
         return d

@@ -32,7 +32,7 @@ from coordinator.service.agent import SETTLE
 from coordinator.service.commands import Command, Forget, KillParts, LaunchGang, Signal
 from coordinator.service.executor import Gang, ProcessLaunch
 from coordinator.service.metrics import Metrics
-from coordinator.service.records import JobRecord, Lost, Run
+from coordinator.service.records import JobRecord, LastExit, Lost, Run
 from tiresias_launch.contract import EXIT_CHECKPOINTED, JOB_TOKEN, PREEMPT_SIGNAL
 
 log = logging.getLogger("tiresias.coordinator")
@@ -205,13 +205,13 @@ class RunBook:
         run.parts[node] = outcome
         failing = [p for p in processes if p["code"] not in (0, EXIT_CHECKPOINTED, None)]
         if processes:
-            rec.last_exit = {
-                "node": node,
-                "outcome": outcome,
-                "restart": run.restart,
-                "step": rec.progress.step if rec.progress.of(run.restart) else None,
-                "processes": [{k: p[k] for k in ("role", "task_index", "code")} for p in processes],
-            }
+            rec.last_exit = LastExit(
+                node,
+                outcome,
+                run.restart,
+                rec.progress.step if rec.progress.of(run.restart) else None,
+                [{k: p[k] for k in ("role", "task_index", "code")} for p in processes],
+            )
         if outcome == PartOutcome.FAILED and run.decided != PartOutcome.FAILED:
             run.decided = PartOutcome.FAILED
             if failing:

@@ -44,7 +44,7 @@ def job_view(job: Job, rec: JobRecord, now: float, rank: int | None) -> dict[str
         "submitted": rec.submitted,
         "exit_code": rec.exit_code,
         "log_tail": rec.log_tail,
-        "last_exit": rec.last_exit,
+        "last_exit": asdict(rec.last_exit) if rec.last_exit else None,
         "progress": rec.progress.to_wire(),
         "checkpointable": rec.checkpointable,
         "checkpointable_why": rec.checkpointable_why,
