@@ -30,11 +30,16 @@ from tiresias_launch.torch import (
 CKPT_FILE = "lightning.ckpt"
 
 
-def preemptible_fit(original: Callable[..., Any], root: str, call: inspect.BoundArguments) -> Any:
-    trainer, model = call.arguments["self"], call.arguments["model"]
+def callback(root: str, trainer: Any, model: torch.nn.Module) -> Any:
+    """The runtime's callback for ``trainer``, a ``Callback`` of Lightning package ``root``."""
     callback_base = importlib.import_module(f"{root}.callbacks").Callback
     cls = type("TiresiasPreemption", (_Preemption, callback_base), {})
-    preemption = cls(get_runtime(), trainer, model)
+    return cls(get_runtime(), trainer, model)
+
+
+def preemptible_fit(original: Callable[..., Any], root: str, call: inspect.BoundArguments) -> Any:
+    trainer, model = call.arguments["self"], call.arguments["model"]
+    preemption = callback(root, trainer, model)
     trainer.callbacks.insert(0, preemption)  # our stop check before user callbacks see a batch
     ckpt = preemption.restore()
     if ckpt is not None:  # ours is newer than any ckpt_path the script names

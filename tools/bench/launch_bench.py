@@ -2,7 +2,9 @@
 
 1. Per-step overhead of ``State.steps`` (stop check, timing, report counters) on a small
    Keras or PyTorch model (``--framework``), with reporting on (a local ROUTER plays the
-   coordinator): absolute µs/step and share of the model's step time.
+   coordinator): absolute µs/step and share of the model's step time; for ``lightning``, of
+   the callback the patched ``Trainer.fit`` adds, per training batch (only this is measured
+   for ``lightning``).
 2. Preemption latency: SIGTERM to every process of a job planned by ``gang.plan`` (single,
    ``--workers N`` MultiWorkerMirrored or DDP, ``--horovod``) → every process exited with 75,
    against writing the same checkpoint bytes with a plain ``write`` + ``fsync``.
@@ -72,6 +74,77 @@ def _torch_step_seconds(steps: int, rounds: int = 20) -> tuple[float, float]:
     return _abba(train_step, tiresias.State(model=model, optimizer=optimizer), steps, rounds)
 
 
+def _lightning_batch_seconds(steps: int, rounds: int = 6) -> dict[str, float]:
+    """Median seconds per training batch of a small Lightning ``fit``: plain, with an empty
+    callback (what Lightning's hook dispatch costs for any callback), and with the runtime's
+    callback (what the patched ``fit`` adds), timed from the first batch to the last and
+    interleaved; and the runtime callback's own two batch hooks, called in a loop."""
+    import lightning as L
+    import torch
+
+    from tiresias_launch import lightning_callback
+
+    class Tiny(L.LightningModule):
+        def __init__(self) -> None:
+            super().__init__()
+            self.net = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.Linear(64, 1))
+
+        def training_step(self, batch: list[torch.Tensor], _: int) -> torch.Tensor:
+            return self.net(batch[0]).square().mean()
+
+        def configure_optimizers(self) -> torch.optim.Optimizer:
+            return torch.optim.SGD(self.parameters(), 0.01)
+
+    class Clock(L.Callback):
+        def on_train_batch_start(self, *_: object) -> None:
+            self.first = getattr(self, "first", None) or time.perf_counter()
+
+        def on_train_end(self, *_: object) -> None:
+            self.seconds = (time.perf_counter() - self.first) / (steps - 1)
+
+    data = torch.utils.data.TensorDataset(torch.randn(64 * steps, 32))
+    loader = torch.utils.data.DataLoader(data, batch_size=64)
+
+    def fit(kind: str) -> float:
+        model, clock = Tiny(), Clock()
+        trainer = L.Trainer(
+            max_epochs=1,
+            accelerator="cpu",
+            logger=False,
+            enable_checkpointing=False,
+            enable_progress_bar=False,
+            enable_model_summary=False,
+            callbacks=[clock],
+        )
+        extra = {
+            "plain": [],
+            "empty_callback": [L.Callback()],
+            "runtime_callback": [lightning_callback.callback("lightning.pytorch", trainer, model)],
+        }[kind]
+        trainer.callbacks[:0] = extra
+        trainer.fit(model, loader)
+        return clock.seconds
+
+    kinds = ["plain", "empty_callback", "runtime_callback"]
+    seconds: dict[str, list[float]] = {kind: [] for kind in kinds}
+    for r in range(rounds):
+        for kind in kinds if r % 2 else reversed(kinds):
+            seconds[kind].append(fit(kind))
+    result = {kind: statistics.median(values) for kind, values in seconds.items()}
+
+    class AtBatch:  # what the hooks read of the trainer
+        current_epoch, accumulate_grad_batches = 0, 1
+
+    trainer = AtBatch()
+    hooks = lightning_callback.callback("lightning.pytorch", trainer, Tiny())
+    t0 = time.perf_counter()
+    for i in range(20_000):
+        hooks.on_train_batch_start(trainer, None, None, i)
+        hooks.on_train_batch_end(trainer, None, None, None, i)
+    result["runtime_hooks"] = (time.perf_counter() - t0) / 20_000
+    return result
+
+
 def _model_step_seconds(steps: int, rounds: int = 20) -> tuple[float, float]:
     """Mean seconds per step of a small Keras model without and with the runtime."""
     import keras
@@ -107,6 +180,13 @@ def _boundary_seconds(steps: int) -> float:
 
 
 def overhead(steps: int, framework: str) -> dict[str, float]:
+    if framework == "lightning":  # no State loop: the callback is the runtime's cost
+        seconds = _lightning_batch_seconds(max(steps, 1000))
+        return {
+            "load_average_1m": os.getloadavg()[0],
+            **{f"{kind}_batch_us": value * 1e6 for kind, value in seconds.items()},
+            "runtime_share_of_batch_pct": 100 * seconds["runtime_hooks"] / seconds["plain"],
+        }
     measure = _torch_step_seconds if framework == "torch" else _model_step_seconds
     plain, instrumented = measure(steps)
     boundary = _boundary_seconds(20_000)
@@ -249,7 +329,9 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=1, help="processes in the bench job")
     parser.add_argument("--horovod", action="store_true", help="Horovod/Gloo instead of MWMS")
     parser.add_argument("--skip-overhead", action="store_true", help="only time preemption")
-    parser.add_argument("--framework", choices=("tensorflow", "torch"), default="tensorflow")
+    parser.add_argument(
+        "--framework", choices=("tensorflow", "torch", "lightning"), default="tensorflow"
+    )
     args = parser.parse_args()
     import zmq
 
@@ -264,9 +346,10 @@ def main() -> None:
     result: dict[str, object] = {}
     if not args.skip_overhead:
         result["overhead"] = overhead(args.steps, args.framework)
-    result["preemption"] = preemption(
-        args.width, args.runs, args.workers, args.horovod, args.framework
-    )
+    if args.framework != "lightning":
+        result["preemption"] = preemption(
+            args.width, args.runs, args.workers, args.horovod, args.framework
+        )
     if args.framework == "torch":
         result["checkpoint"] = torch_checkpoint(args.width, args.runs)
     reports = 0
