@@ -41,7 +41,10 @@ def test_short_jobs_preempt_a_long_one_which_resumes(cluster: Cluster) -> None:
     files = cluster.client.request("logs", job_id=long_job, limit=1 << 18)["files"]
     chief = next(v["data"] for k, v in files.items() if k.endswith("chief-0.log"))
     saved, started = resume_points(chief)
-    assert saved == [10], chief
+    # the first preemption lands at the held step; a short job that finishes before the
+    # next one is submitted lets the long job resume, to be preempted again: any number of
+    # rounds is right as long as each resume starts exactly where the last checkpoint was
+    assert saved[:1] == [10], chief
     assert started == [0, *saved], f"resumed at {started} after checkpoints at {saved}"
     assert chief.count("done after 50 steps") == 1
     assert set(files) == {"a/chief-0.log", "b/worker-1.log"}
