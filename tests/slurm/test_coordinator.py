@@ -57,6 +57,7 @@ def test_policy_preemption_through_slurm(cluster: Cluster, slurm: LocalSlurm) ->
     logs = cluster.logs(long)
     assert "checkpointed at step 5" in logs and "start at step 5 (restart 1" in logs
     assert cluster.job(long)["restarts"] == 1
+    assert cluster.job(long)["progress"]["step"] == 40  # the runtime's reports arrive
     key = cluster.job(long)["key"]
     assert sacct_states(slurm, key) == ["FAILED", "COMPLETED"]  # exit 75 requeued, then done
 
@@ -69,6 +70,17 @@ def test_policy_preemption_through_slurm(cluster: Cluster, slurm: LocalSlurm) ->
     simulated = [(type(d).__name__.lower(), d.job_id) for _, d in result.decisions]
     assert live == simulated == [("start", "j1"), ("preempt", "j1"), ("start", "j2"),
                                  ("start", "j1")]  # fmt: skip
+
+
+def test_a_failing_job_fails_with_its_code_and_log(cluster: Cluster, slurm: LocalSlurm) -> None:
+    cluster.start_coordinator("--executor", "slurm", "--slurm-partition", "tiresias")
+    cluster.wait_nodes("n1", "n2")
+    job = cluster.submit("--steps", "5", "--step-time", STEP, "--fail-at", "2", workers=2)
+    wait_until(lambda: cluster.state_of(job) == "failed", 60, "the job to fail")
+    view = cluster.job(job)
+    assert view["exit_code"] == 3 and "failing at step 2" in view["log_tail"]
+    assert view["restarts"] == 0  # a failure is not resumed
+    assert sacct_states(slurm, view["key"]) == ["FAILED"]
 
 
 def test_coordinator_killed_mid_run(cluster: Cluster, slurm: LocalSlurm) -> None:
