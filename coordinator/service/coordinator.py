@@ -76,13 +76,13 @@ class Coordinator:
         self.core_settings = opts.settings()
         fresh = build_scheduler(self.core_settings)
         identity.check_bind(opts.bind, opts.curve_keys is not None)
+        if executor is None and opts.executor == "slurm":  # checked before the state exists
+            executor = slurm.executor_for(opts)
         self.store = Store(opts.state)
         self.peer = identity.NOBODY  # who sent the message being handled
         self.stop = threading.Event()
         self.ready = threading.Event()
         self.fleet = agents.AgentFleet(self._send, opts.heartbeat_timeout)
-        if executor is None and opts.executor == "slurm":
-            executor = slurm.executor_for(opts)
         self.executor: Executor = executor or self.fleet
         self.logs = LogFetches(self._send)
         self.settings = RunSettings(

@@ -115,6 +115,9 @@ class SlurmExecutor:
     def check(self) -> None:
         """Refuse to start against a Slurm that does not answer or a partition without
         nodes (ValueError naming the problem)."""
+        conf = self.slurm.env.get("SLURM_CONF")
+        if conf and not Path(conf).is_file():  # Slurm's commands would retry for a minute
+            raise ValueError(f"--executor slurm: SLURM_CONF={conf} is not a file")
         try:
             nodes = self.slurm.nodes()
         except (SlurmError, ValueError, KeyError) as e:

@@ -45,7 +45,8 @@ class Slurm:
         except (OSError, subprocess.TimeoutExpired) as e:
             raise SlurmError(f"{cmd[0]}: {e}") from None
         if done.returncode != 0:
-            raise SlurmError(f"{shlex.join(cmd)}: {done.stderr.strip() or done.returncode}")
+            why = done.stderr.strip().splitlines()[-1:] or [f"exit code {done.returncode}"]
+            raise SlurmError(f"{shlex.join(cmd)}: {why[0]}")
         return done.stdout
 
     def jobs(self) -> list[dict[str, Any]]:
