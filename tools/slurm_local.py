@@ -54,7 +54,11 @@ def _free_port() -> int:
 
 
 def slurm_conf(
-    root: Path, nodes: dict[str, int], ports: dict[str, int], partitions: dict[str, list[str]]
+    root: Path,
+    nodes: dict[str, int],
+    ports: dict[str, int],
+    partitions: dict[str, list[str]],
+    slurmd_timeout: int = 300,
 ) -> str:
     """slurm.conf for a Tiresias-managed partition (docs/slurm.md explains each setting)."""
     node_lines = "\n".join(
@@ -105,7 +109,7 @@ JobRequeue=1
 RequeueExitHold={EXIT_CHECKPOINTED}
 MinJobAge=86400
 KillWait=5
-SlurmdTimeout=10
+SlurmdTimeout={slurmd_timeout}
 {node_lines}
 {parts}
 """
@@ -120,8 +124,13 @@ class LocalSlurm:
         root: Path,
         nodes: dict[str, int],
         partitions: dict[str, list[str]] | None = None,
+        slurmd_timeout: int = 300,
     ) -> None:
+        """``slurmd_timeout``: seconds before a silent node is declared down (Slurm's
+        default; short only where a test fails a node: a loaded machine's slurmd may be slow
+        to answer)."""
         self.root = root.resolve()
+        self.slurmd_timeout = slurmd_timeout
         self.nodes = nodes
         self.partitions = partitions or {"tiresias": list(nodes)}
         self.conf = self.root / "slurm.conf"
@@ -173,7 +182,9 @@ class LocalSlurm:
         )
         for attempt in range(3):  # a port found free may be taken before a daemon binds it
             ports = {name: _free_port() for name in ("ctld", "slurmd", *self.nodes)}
-            self.conf.write_text(slurm_conf(r, self.nodes, ports, self.partitions))
+            self.conf.write_text(
+                slurm_conf(r, self.nodes, ports, self.partitions, self.slurmd_timeout)
+            )
             try:
                 self._start_daemons(key, timeout)
                 return

@@ -13,7 +13,7 @@ from service.conftest import Cluster
 from coordinator.core.model import JobSpec, Node
 from coordinator.service.store import Store
 from coordinator.sim.engine import simulate
-from tools.slurm_local import LocalSlurm
+from tools.slurm_local import LocalSlurm, missing
 
 STEP = "0.05"
 
@@ -104,10 +104,29 @@ def test_coordinator_killed_mid_run(cluster: Cluster, slurm: LocalSlurm) -> None
     assert sacct_states(slurm, cluster.job(gang)["key"]) == ["COMPLETED"]
 
 
-def test_node_failure_resumes_from_the_last_checkpoint(cluster: Cluster, slurm: LocalSlurm) -> None:
+@pytest.fixture
+def failing(tmp_path: Path) -> Iterator[tuple[Cluster, LocalSlurm]]:
+    """A Slurm of its own that declares a silent node down after 10 s, and a coordinator."""
+    why = missing()
+    if why:
+        pytest.skip(why)
+    with LocalSlurm(tmp_path / "slurm", {"n1": 2, "n2": 2}, slurmd_timeout=10) as slurm:
+        c = Cluster(tmp_path)
+        c.env["SLURM_CONF"] = str(slurm.conf)
+        try:
+            yield c, slurm
+        finally:
+            c.close()
+            print(c.dump_logs())
+
+
+def test_node_failure_resumes_from_the_last_checkpoint(
+    failing: tuple[Cluster, LocalSlurm],
+) -> None:
     """A Slurm node stops (slurmd gone, its processes frozen): the node is lost with the
     job's part there, and the core resumes the job on the other node from its last
     checkpoint (step 10; it ran to 12)."""
+    cluster, slurm = failing
     cluster.start_coordinator("--executor", "slurm", "--slurm-partition", "tiresias")
     cluster.wait_nodes("n1", "n2")
     args = ("--steps", "14", "--step-time", STEP, "--checkpoint-every", "5", "--hold-at", "12")
