@@ -144,7 +144,8 @@ def run_job(client: Client, request: GangRequest, name: str | None) -> int:
         if JobState(state["state"]).finished:
             return True  # said once, with the counts, below
         if state["state"] != before.get("state"):
-            print(f"tiresias-run: {job_id} {state['state']}", file=sys.stderr)
+            why = f": {state['pending']['text']}" if state.get("pending") else ""
+            print(f"tiresias-run: {job_id} {state['state']}{why}", file=sys.stderr)
         return False
 
     try:

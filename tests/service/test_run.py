@@ -89,3 +89,25 @@ def test_run_against_a_running_cluster(cluster: Cluster) -> None:
     assert proc.returncode == 0, err
     assert "done after 2 steps" in out
     assert cluster.state_of("j1") == "completed"
+
+
+def test_run_says_why_its_job_waits(cluster: Cluster) -> None:
+    cluster.start_coordinator()
+    cluster.start_agent("a", gpus=1)
+    cluster.wait_nodes("a")
+    blocker = cluster.submit("--steps", "1000000", "--step-time", "0.05")
+    wait_until(lambda: cluster.state_of(blocker) == "running", 30, "the first job to start")
+    proc = run("--coordinator", cluster.address, str(FAKE_JOB), "--steps", "2", cwd=cluster.tmp)
+    assert proc.stderr is not None
+    said = proc.stderr.readline()  # the job id it submitted, or the first state line
+    while " waiting" not in said:
+        said = proc.stderr.readline()
+        assert said, "tiresias-run ended without saying its job waits"
+    assert said.rstrip().endswith(
+        "j2 waiting: waiting for 1 GPU (0 free): the 1 job ahead of it (Q1: 1) holds or needs "
+        "1 of 1"
+    ), said
+    cluster.cli("cancel", blocker)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    assert "done after 2 steps" in out
