@@ -23,6 +23,7 @@ from coordinator.service.records import REQUEST_FIELDS, JobRecord, Request
 from coordinator.service.runs import plan_gang
 from coordinator.service.server import Server
 from coordinator.service.views import job_view, node_view
+from coordinator.service.why import after_restart
 
 log = logging.getLogger("tiresias.coordinator")
 
@@ -189,6 +190,8 @@ def _views(c: Server, jobs: list[Job], now: float) -> list[dict[str, Any]]:
         rec = c.book.records[j.job_id]
         view = job_view(j, rec, now, ranks.get(j.job_id))
         view["pending"] = pending[j.job_id].to_dict() if j.job_id in pending else None
+        if view["pending"] and c.unconfirmed:
+            view["pending"] = after_restart(view["pending"], c.unconfirmed, c.opts)
         if not access.may_manage(c, rec):
             view["log_tail"] = None  # log content is the owner's
         views.append(view)

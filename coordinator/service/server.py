@@ -34,6 +34,9 @@ class Server(Protocol):
     logs: LogFetches
     #: Each job's story in words (``status JOB``).
     history: History
+    #: Nodes the core knows that have not registered again since a restart: no pass until
+    #: they have, or their heartbeat timeout has passed.
+    unconfirmed: set[str]
     #: Whether the loop should schedule before it sleeps again.
     dirty: bool
     #: Jobs whose reported progress is written at the next flush.

@@ -5,7 +5,7 @@ history (``coordinator.core.history``), as text."""
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import Any
 
 from coordinator.core.explain import queue_name
@@ -37,6 +37,21 @@ def why_waiting(views: Sequence[dict[str, Any]]) -> list[str]:
     if not waiting:
         return []
     return ["", "why waiting:"] + ["  " + pending_line(v) for v in waiting]
+
+
+def after_restart(
+    pending: dict[str, Any], unconfirmed: Collection[str], opts: Any
+) -> dict[str, Any]:
+    """A waiting job's reason while the coordinator, just restarted, schedules nothing until
+    the nodes it knew have registered again (reason ``restart``; the core's reason after)."""
+    names = ", ".join(sorted(unconfirmed))
+    who = f"nodes {names} register" if len(unconfirmed) > 1 else f"node {names} registers"
+    return {
+        **pending,
+        "reason": "restart",
+        "text": f"nothing is scheduled until {who} again after the coordinator's restart "
+        f"(at most {opts.heartbeat_timeout:g} s); then: {pending['text']}",
+    }
 
 
 def history_lines(events: Sequence[dict[str, Any]]) -> list[str]:

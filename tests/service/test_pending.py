@@ -127,3 +127,21 @@ def test_placement_and_blocking_reasons_live(cluster: Cluster) -> None:
     )
     assert (j6["reason"], j6["position"]) == ("blocked", 2)
     assert j6["text"] == "behind j5, which cannot start yet (yarn-cs starts jobs in order)"
+
+
+def test_after_a_restart_jobs_wait_for_the_nodes_to_register_again(cluster: Cluster) -> None:
+    cluster.start_coordinator("--heartbeat-timeout", "120")
+    cluster.start_agent("a", gpus=1)
+    cluster.wait_nodes("a")
+    assert cluster.submit(*FOREVER_ARGS) == "j1"
+    wait_until(lambda: cluster.state_of("j1") == "running", 30, "j1 to start")
+    assert cluster.submit(*FOREVER_ARGS) == "j2"
+    cluster.kill_agent("a")
+    cluster.kill_coordinator()
+    cluster.start_coordinator()
+    pending = cluster.job("j2")["pending"]
+    assert pending["reason"] == "restart"
+    assert pending["text"].startswith(
+        "nothing is scheduled until node a registers again after the coordinator's restart "
+        "(at most 120 s); then: waiting for 1 GPU (0 free)"
+    ), pending["text"]
