@@ -102,71 +102,62 @@ class Timeline:
             if job.preemptions > old.preemptions and beneficiaries is None:
                 releasing = [p for p in explain(sched, now).values() if p.reason == "releasing"]
                 beneficiaries = started + [sched.job(p.job_id) for p in releasing]
-            events += self._changes(sched, old, job, now, step_of, beneficiaries or [])
+            events += _changes(sched, old, job, now, step_of, beneficiaries or [])
             self._seen[job.job_id] = cur
         if len(self._seen) > len(active):  # some finished
             ids = {j.job_id for j in active}
             for job_id in [k for k in self._seen if k not in ids]:
                 job, old = sched.job(job_id), self._seen.pop(job_id)
-                events += self._changes(sched, old, job, now, step_of, beneficiaries or started)
+                events += _changes(sched, old, job, now, step_of, beneficiaries or started)
         return events
 
-    def _changes(
-        self,
-        sched: Scheduler,
-        old: _Seen,
-        job: Job,
-        now: float,
-        step_of: Callable[[str], int | None] | None,
-        beneficiaries: list[Job],
-    ) -> list[Event]:
-        out: list[str] = []
-        kinds: list[str] = []
 
-        def tell(kind: str, text: str) -> None:
-            kinds.append(kind)
-            out.append(text)
-
-        thresholds = getattr(sched.policy, "thresholds", None)
-        if job.promotions > old.promotions:
-            tell("promoted", "promoted to Q1 (starvation: it waited long enough for its service)")
-        elif job.queue > old.queue and thresholds is not None:
-            tell(
+def _changes(
+    sched: Scheduler,
+    old: _Seen,
+    job: Job,
+    now: float,
+    step_of: Callable[[str], int | None] | None,
+    beneficiaries: list[Job],
+) -> list[Event]:
+    """What happened to ``job`` since it was ``old``, in the order it happened."""
+    said: list[tuple[str, str]] = []
+    thresholds = getattr(sched.policy, "thresholds", None)
+    if job.promotions > old.promotions:
+        knob = sched.config.promote_knob
+        said.append(("promoted", f"promoted to Q1: it had waited {knob:g}× as long as it ran"))
+    elif job.queue > old.queue and thresholds is not None:
+        passed = thresholds[job.queue - 1]
+        said.append(
+            (
                 "demoted",
-                f"demoted to {queue_name(job.queue)}: its service passed "
-                f"{thresholds[job.queue - 1]:,.0f} GPU-s",
+                f"demoted to {queue_name(job.queue)}: its service passed {passed:,.0f} GPU-s",
             )
-        step = step_of(job.job_id) if step_of else None
-        at = f" at step {step}" if step is not None else ""
-        stopped = old.state is JobState.RUNNING and (
-            job.state is not JobState.RUNNING or _ran_again(old, job)
         )
-        if stopped and job.preemptions > old.preemptions:
-            others = [b for b in beneficiaries if b.job_id != job.job_id]
-            tell("preempted", f"preempted{at}" + _for_whom(sched, job, others))
-        elif stopped and job.cancel_requested:
-            tell("cancelling", f"stopping{at}: cancel requested")
-        elif stopped and job.state is not JobState.COMPLETED and job.state is not JobState.FAILED:
-            down = [
-                n
-                for n in (old.allocation.nodes if old.allocation else ())
-                if n not in sched.nodes()
-            ]
-            tell("lost", f"stopped{at}: node {', '.join(down) or '?'} went down")
-        if job.state is JobState.RUNNING and (
-            old.state is not JobState.RUNNING or _ran_again(old, job)
-        ):
-            assert job.allocation is not None
-            if job.restarts == 0:
-                tell("started", f"started on {placement_text(job.allocation)}")
-            else:
-                tell(
-                    "restarted",
-                    f"restarted on {placement_text(job.allocation)} (restart {job.restarts})",
-                )
-        if job.state.finished:
-            ran = duration_text(job.total_executed)
-            tell(
+    step = step_of(job.job_id) if step_of else None
+    at = f" at step {step}" if step is not None else ""
+    again = _ran_again(old, job)
+    stopped = old.state is JobState.RUNNING and (job.state is not JobState.RUNNING or again)
+    if stopped and job.preemptions > old.preemptions:
+        others = [b for b in beneficiaries if b.job_id != job.job_id]
+        said.append(("preempted", f"preempted{at}" + _for_whom(sched, job, others)))
+    elif stopped and job.cancel_requested:
+        said.append(("cancelling", f"stopping{at}: cancel requested"))
+    elif stopped and job.state not in (JobState.COMPLETED, JobState.FAILED):
+        up = sched.nodes()
+        down = [n for n in (old.allocation.nodes if old.allocation else ()) if n not in up]
+        said.append(("lost", f"stopped{at}: node {', '.join(down) or '?'} went down"))
+    if job.state is JobState.RUNNING and (old.state is not JobState.RUNNING or again):
+        assert job.allocation is not None
+        where = placement_text(job.allocation)
+        if job.restarts == 0:
+            said.append(("started", f"started on {where}"))
+        else:
+            said.append(("restarted", f"restarted on {where} (restart {job.restarts})"))
+    if job.state.finished:
+        ran = duration_text(job.total_executed)
+        said.append(
+            (
                 job.state.value,
                 {
                     JobState.COMPLETED: f"completed after {ran} of run time",
@@ -174,7 +165,8 @@ class Timeline:
                     JobState.CANCELLED: "cancelled",
                 }[job.state],
             )
-        return [Event(job.job_id, now, k, t) for k, t in zip(kinds, out, strict=True)]
+        )
+    return [Event(job.job_id, now, kind, text) for kind, text in said]
 
 
 def _for_whom(sched: Scheduler, job: Job, others: list[Job]) -> str:

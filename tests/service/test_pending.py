@@ -79,7 +79,9 @@ def test_reasons_positions_and_history_live_and_simulated(cluster: Cluster) -> N
         60,
         "j1's promotion and j2's preemption",
     )
-    assert [e["kind"] for e in cluster.job("j1")["history"]][-2:] == ["promoted", "restarted"]
+    promoted, restarted = cluster.job("j1")["history"][-2:]
+    assert (promoted["kind"], restarted["kind"]) == ("promoted", "restarted")
+    assert promoted["text"] == "promoted to Q1: it had waited 10× as long as it ran"
     j2 = cluster.job("j2")
     assert [(t, q, r) for t, q, r, _ in sim["j2"]] == [(0.0, 0, "gpus"), (22.0, 1, "gpus")]
     assert (j2["pending"]["reason"], j2["pending"]["queue"]) == ("gpus", 1)
