@@ -165,6 +165,7 @@ GROUP_MIN_SAMPLES = 3
 #: Jobs of one group (less the batch) submitted within this many seconds of the first one
 #: form one batch: a sweep, or a user's burst of similar runs.
 BATCH_SPAN = 3600.0
+_WHOLE_JOB = 1e300  # Δ past every sample (finite: no sample is left to weigh it)
 
 
 class ServiceGroups:
@@ -236,13 +237,16 @@ class ServiceGroups:
                 return level, d
         return (), self.everyone
 
-    def index(self, job: Job) -> float:
+    def index(self, job: Job, horizon: float | None = None) -> float:
+        """G(a, Δ) of ``job``'s attained GPU service a in its ranking distribution, with Δ =
+        ``horizon`` (None: the rest of the job)."""
         level, d = self.distribution(job)
-        memo = (level, d.version, job.spec.gpus * job.total_executed)
+        a = job.spec.gpus * job.total_executed
+        memo = (level, d.version, a, horizon)
         if (g := self._memo.get(memo)) is None:
             if len(self._memo) > 100_000:
                 self._memo.clear()
-            g = self._memo[memo] = d.gittins_index(memo[2])
+            g = self._memo[memo] = d.index(a, _WHOLE_JOB if horizon is None else horizon, False)
         return g
 
     def learn(self, job: Job, service: float) -> list[tuple[object, ...]]:

@@ -71,12 +71,18 @@ class Queued(Timed):
         if self._running_first:
             rank = 0 if protected else 1 if running else 2
             if rank == 2 and self._groups is not None:  # waiting: likely-short groups first
-                return (2, -self._groups.index(job), *fifo_by_start(job))
+                return (2, -self._groups.index(job, self._room(job)), *fifo_by_start(job))
             if self._cheap_victims:  # the costliest to stop keep their GPUs first
                 cost = job.checkpoint_cost + job.restore_cost if running else 0.0
                 return (rank, -cost, *fifo_by_start(job))
             return (rank, *fifo_by_start(job))
         return (0 if protected else 1, *fifo_by_start(job))
+
+    def _room(self, job: Job) -> float | None:
+        """GPU service ``job`` may still attain in its queue (None: the last queue)."""
+        if job.queue >= len(self.thresholds):
+            return None
+        return max(0.0, self.thresholds[job.queue] - job.gpus * job.executed)
 
     def _target(self, job: Job) -> float | None:
         """Attained service at which running ``job`` is next demoted (None: not this run)."""

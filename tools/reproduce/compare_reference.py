@@ -136,6 +136,8 @@ DEFAULT_VARIANTS = (
     "tiresias-l 3250,7200",
     "tiresias-l 36000 first-start",
     "tiresias-l oracle thresholds",
+    "tiresias-l groups gpus",
+    "tiresias-l groups gpus,batch",
     "srsf",
 )
 
