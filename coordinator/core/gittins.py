@@ -172,11 +172,12 @@ class ServiceGroups:
     """Service distributions learned per group of similar jobs, for ranking jobs that have
     not finished by what finished jobs like them needed. A job's group is the tuple of its
     ``features`` (``SERVICE_FEATURES``); its ranking distribution is that of the finest group
-    with at least ``min_samples`` completed jobs, dropping "batch", then the rest, down to the
-    global distribution of every completed job. Only finished jobs teach it (``learn``),
-    never a job's own future. ``index`` is the full-horizon Gittins index of the attained
-    service: a job of a group that usually ends soon after it ranks first. ``version`` of
-    each distribution tells the policy which waiting jobs to re-rank."""
+    with at least ``min_samples`` completed jobs: the group itself, then the group without
+    its batch, then every completed job. Only finished jobs teach it (``learn``), never a
+    job's own future. ``index`` is the Gittins index of the job's attained service under
+    that distribution: a job of a group that usually ends soon after ranks first. Each
+    distribution's ``version`` tells the policy which waiting jobs to re-rank. Memory grows
+    with the history, like ``ServiceDistribution``'s: one distribution per group seen."""
 
     def __init__(
         self,

@@ -93,6 +93,14 @@ VARIANTS: dict[str, tuple[str, dict[str, object]]] = {
     "tiresias-l groups gpus": ("tiresias-l", {"service_groups": ("gpus",)}),
     "tiresias-l groups gpus,batch": ("tiresias-l", {"service_groups": ("gpus", "batch")}),
     "tiresias-g groups gpus,batch": ("tiresias-g", {"service_groups": ("gpus", "batch")}),
+    "tiresias-l learned from history groups gpus,batch": (
+        "tiresias-l",
+        {
+            "learn_thresholds": True,
+            "gittins_samples": "history",
+            "service_groups": ("gpus", "batch"),
+        },
+    ),
     "tiresias-g": ("tiresias-g", {}),
     "tiresias-g learned": ("tiresias-g", {"learn_thresholds": True}),
     "tiresias-g yarn-gput1000": ("tiresias-g", {"gittins_samples": "yarn-gput1000"}),
