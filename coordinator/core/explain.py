@@ -1,7 +1,7 @@
 """Why a waiting job is not running, and where it stands in line: read from a scheduler as a
 pass left it, by replaying that pass's rules without changing anything. The service shows the
 result in ``tiresias queue``/``status`` and the dashboard; the simulator writes it per job
-(``tiresias-sim --out``), so both tell the same story for the same events.
+(``tiresias-sim --out DIR --reasons``), so both tell the same story for the same events.
 
 Reasons (``Pending.reason``), the first that applies:
 
@@ -24,8 +24,6 @@ from dataclasses import asdict, dataclass
 
 from coordinator.core.model import Job, JobState, Node
 from coordinator.core.scheduler import Scheduler
-
-REASONS = ("nodes", "blocked", "gpus", "releasing", "placement", "next-pass")
 
 
 @dataclass(frozen=True)

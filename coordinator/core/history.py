@@ -1,44 +1,29 @@
 """Each job's story in words (submitted, started on …, demoted, preempted at step N for …,
 restarted …), told from what changed in the scheduler between two looks. Pure: the service
 looks after every pass and stores the events; the simulator looks after every instant and
-writes them per job (``tiresias-sim --out``).
+writes them per job (``tiresias-sim --out DIR --reasons``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import NamedTuple
 
 from coordinator.core.explain import active_jobs, duration_text, explain, queue_name
 from coordinator.core.model import Allocation, Job, JobState
 from coordinator.core.scheduler import Scheduler
 
-#: Event kinds, in the order one look tells them for a job.
-KINDS = (
-    "submitted",
-    "demoted",
-    "promoted",
-    "preempted",
-    "lost",
-    "cancelling",
-    "started",
-    "restarted",
-    "completed",
-    "failed",
-    "cancelled",
-)
-
 
 @dataclass(frozen=True)
 class Event:
+    """``kind``: submitted, demoted, promoted, preempted, lost, cancelling, started,
+    restarted, completed, failed or cancelled; ``text`` says it in words."""
+
     job_id: str
     time: float
     kind: str
     text: str
-
-    def to_dict(self) -> dict[str, object]:
-        return asdict(self)
 
 
 class _Seen(NamedTuple):
