@@ -43,8 +43,8 @@ def state(jobs: list[dict[str, Any]], nodes: list[dict[str, Any]], now: float) -
 
 
 class Dashboard:
-    """The HTTP side: ``serve`` starts a daemon thread on ``addr:port`` (0: any free port,
-    see ``port``); ``publish`` replaces the snapshot; ``close`` stops it."""
+    """The HTTP side: ``serve`` starts a daemon thread on ``addr:port``; ``publish``
+    replaces the snapshot; ``close`` stops it."""
 
     def __init__(self, database: Path) -> None:
         self._database = database
@@ -72,11 +72,6 @@ class Dashboard:
         handler = type("Handler", (_Handler,), {"dashboard": self})
         self._server = HTTPServer((addr, port), handler)  # one thread: requests are small
         threading.Thread(target=self._server.serve_forever, daemon=True).start()
-
-    @property
-    def port(self) -> int:
-        assert self._server is not None
-        return int(self._server.server_address[1])
 
     def close(self) -> None:
         if self._server is not None:
