@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from coordinator.core.explain import queue_name
 from coordinator.service.views import checkpoint_text, exit_text, lost_text
 from coordinator.service.why import history_lines, pending_line, position_text, why_waiting
 from tiresias_launch.report import resume_line
@@ -34,11 +35,6 @@ def _num(x: float | None, fmt: str = "{:.2f}") -> str:
     return "-" if x is None else fmt.format(x)
 
 
-def _queue(index: int) -> str:
-    """Queue names as the paper writes them: Q1 (highest priority) … QK."""
-    return f"Q{index + 1}"
-
-
 def table(rows: Sequence[dict[str, Any]], columns: Sequence[tuple[str, Callable]]) -> str:
     """Left-aligned plain-text table; ``columns`` are (header, row → cell) pairs."""
     cells = [[h for h, _ in columns]] + [[str(f(r)) for _, f in columns] for r in rows]
@@ -52,7 +48,7 @@ JOB_COLUMNS: list[tuple[str, Callable]] = [
     ("JOB", lambda j: j["job_id"]),
     ("STATE", lambda j: j["state"]),
     ("GPUS", lambda j: j["gpus"]),
-    ("QUEUE", lambda j: _queue(j["queue"])),
+    ("QUEUE", lambda j: queue_name(j["queue"])),
     ("PRIORITY", lambda j: _num(j["priority"], "{:.4g}")),
     # place in line of a waiting job: "Q2 #3" (the reasons follow the table)
     ("LINE", lambda j: position_text(j.get("pending"))),
@@ -78,7 +74,7 @@ def format_job(j: dict[str, Any]) -> str:
         f"state      {j['state']}"
         + (f"  exit code {j['exit_code']}" if j.get("exit_code") is not None else ""),
         f"shape      {j['workers']} workers, {j['ps']} ps, {j['gpus']} GPUs",
-        f"queue      {_queue(j['queue'])}  priority {_num(j['priority'], '{:.4g}')}",
+        f"queue      {queue_name(j['queue'])}  priority {_num(j['priority'], '{:.4g}')}",
         f"attained   {j['attained']:.1f} GPU·s  (run {_dur(j['executed'])}, "
         f"waiting {_dur(j['waiting'])})",
         f"skew S_J   {_num(j['skew'], '{:.3f}')}"
