@@ -35,6 +35,7 @@ from coordinator.service.parts import (
     RunAs,
     die_with_agent,
     private_file,
+    read_logs,
     run_as,
 )
 from coordinator.service.profiler import MEASURE_SECONDS, Tapped
@@ -400,27 +401,7 @@ class Agent:
         self._stop(part, "kill", grace, time.monotonic(), None if grace else signal.SIGKILL)
 
     def _on_fetch_logs(self, msg: dict[str, Any]) -> None:
-        logdir = self._logdir(msg)
-        files: dict[str, dict[str, Any]] = {}
-        paths = sorted(logdir.glob("*.log")) if logdir.is_dir() else []
-        per_file = msg["limit"] // max(1, len(paths))  # ``limit`` is for the whole reply
-        for path in paths:
-            start = msg["offsets"].get(path.name, 0)
-            try:
-                with path.open("rb") as f:
-                    size = f.seek(0, os.SEEK_END)
-                    if not 0 <= start <= size:
-                        start = 0
-                    f.seek(start)
-                    data = f.read(max(0, per_file))
-            except OSError as e:
-                log.warning("cannot read %s: %s", path, e)
-                continue
-            files[path.name] = {
-                "offset": start + len(data),
-                "size": size,
-                "data": data.decode(errors="replace"),
-            }
+        files = read_logs(self._logdir(msg), msg["offsets"], msg["limit"])
         assert self._sock is not None
         with contextlib.suppress(zmq.Again):  # the coordinator times the fetch out
             self._sock.send(

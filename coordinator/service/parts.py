@@ -10,6 +10,7 @@ import os
 import pwd
 import signal
 import subprocess
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -75,6 +76,29 @@ def log_tail(path: Path, limit: int = LOG_TAIL_BYTES) -> str:
             return f.read().decode(errors="replace")
     except OSError:
         return ""
+
+
+def read_logs(logdir: Path, offsets: Mapping[str, int], limit: int) -> dict[str, dict[str, Any]]:
+    """Each ``*.log`` of a job's part after its ``offsets`` entry (from the start when that
+    is past its end), ``limit`` bytes for all of them together: name → offset, size, data.
+    An unreadable file is left out."""
+    files: dict[str, dict[str, Any]] = {}
+    paths = sorted(logdir.glob("*.log")) if logdir.is_dir() else []
+    per_file = limit // max(1, len(paths))
+    for path in paths:
+        start = offsets.get(path.name, 0)
+        try:
+            with path.open("rb") as f:
+                size = f.seek(0, os.SEEK_END)
+                if not 0 <= start <= size:
+                    start = 0
+                f.seek(start)
+                data = f.read(max(0, per_file))
+        except OSError:
+            continue
+        files[path.name] = {"offset": start + len(data), "size": size,
+                            "data": data.decode(errors="replace")}  # fmt: skip
+    return files
 
 
 #: Exit code reported for a process that could not be started (as a shell does).

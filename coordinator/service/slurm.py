@@ -28,7 +28,6 @@ import shlex
 import sys
 import time
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +42,7 @@ from coordinator.service.executor import (
 )
 from coordinator.service.keys import server_public
 from coordinator.service.options import Options
+from coordinator.service.parts import read_logs
 from coordinator.service.slurm_ctl import (
     ACTIVE,
     PREFIX,
@@ -50,38 +50,16 @@ from coordinator.service.slurm_ctl import (
     WAITING,
     Slurm,
     SlurmError,
+    Start,
+    batch_args,
     gpu_count,
     outcome,
     process_exit,
 )
-from coordinator.service.slurm_task import exits, launch_file, log_dir, write_json
+from coordinator.service.slurm_task import exits, launch_file, log_dir, preempt_file, write_json
 from tiresias_launch.contract import COORDINATOR, SERVER_KEY
 
 log = logging.getLogger("tiresias.slurm")
-
-
-@dataclass
-class Start:
-    """One start of a Tiresias job as a Slurm job."""
-
-    job_id: str
-    job_key: str
-    restart: int
-    slurm_id: str
-    nodes: tuple[str, ...]
-    shape: tuple[tuple[int, int], ...]  # (GPUs, tasks) of each node
-    slurm_restarts: int  # Slurm's restart count at which this start runs
-    stopping: str | None = None  # "preempt" or "kill", once asked
-    deadline: float | None = None  # after it: requeue held (preempt) or cancel (kill)
-    ended: bool = False
-    #: Once ended: whether the Slurm job waits held, to be released for the next start,
-    #: and Slurm's restart count then.
-    reusable: bool = False
-    restarts_after: int = 0
-    #: Wall-clock time before which the job may not be released: slurmd refuses a job's
-    #: credentials issued in the second of its last requeue (or earlier).
-    release_after: float = 0.0
-    released: bool = True
 
 
 class SlurmExecutor:
@@ -111,6 +89,7 @@ class SlurmExecutor:
         self._found = False  # jobs found again after a restart
         self._queued: list[ExecutorEvent] = []
         self._expected: set[str] = set()
+        self._states: dict[str, str] = {}  # Slurm job → its state at the last look
 
     def check(self) -> None:
         """Refuse to start against a Slurm that does not answer or a partition without
@@ -188,30 +167,15 @@ class SlurmExecutor:
     def _submit(
         self, gang: Gang, jobdir: Path, nodes: tuple[str, ...], shape: tuple[tuple[int, int], ...]
     ) -> str:
-        """A held batch job: one allocation ``--nodes --nodelist --ntasks-per-node --gres``
-        when every node has the same GPUs and processes, else a heterogeneous job with one
-        component per node (Slurm starts all its components together, or none)."""
+        """A held batch job for this start (``batch_args``); its Slurm id."""
         script = jobdir / "batch.sh"
         script.write_text(
             "#!/bin/sh\n# A Tiresias job: the coordinator plans, releases and preempts it.\n"
             f"exec {shlex.quote(self.python)} -m coordinator.service.slurm_task batch "
             f"{shlex.quote(str(jobdir))}\n"
         )
-        args = [
-            f"--job-name={PREFIX}{gang.job_key}", f"--comment={gang.job_id}", "--requeue",
-            "--hold", "--open-mode=append", f"--output={jobdir}/slurm-%j.out",
-            f"--chdir={jobdir}", "--export=ALL",
-        ]  # fmt: skip
-        if gang.owner and gang.owner != _me():
-            args.append(f"--uid={gang.owner}")
-        if len(set(shape)) == 1:
-            gpus, tasks = shape[0]
-            args += [f"--nodes={len(nodes)}", f"--nodelist={','.join(nodes)}",
-                     f"--ntasks-per-node={tasks}", *_gres(gpus)]  # fmt: skip
-        else:
-            for i, (node, (gpus, tasks)) in enumerate(zip(nodes, shape, strict=True)):
-                args += [*([":"] if i else []), "--nodes=1", f"--nodelist={node}",
-                         f"--ntasks={tasks}", *_gres(gpus)]  # fmt: skip
+        owner = gang.owner if gang.owner and gang.owner != _me() else None
+        args = batch_args(gang.job_key, gang.job_id, jobdir, nodes, shape, owner)
         return self.slurm.submit(script, args)
 
     def _release(self, start: Start) -> None:
@@ -250,11 +214,22 @@ class SlurmExecutor:
         if start is None or start.stopping is not None or self._never_ran(start, "preempted"):
             return
         start.stopping, start.deadline = "preempt", time.monotonic() + grace
+        # a process not started yet when the signal goes out signals itself once it is
+        write_json(preempt_file(self.spool / start.job_key, restart), {"signal": signal})
+        start.signal = signal
+        if self._states.get(start.slurm_id) != "RUNNING":  # scancel would wait for it
+            with contextlib.suppress(SlurmError):  # pending: it stays so; else signalled
+                self.slurm.hold(start.slurm_id)  # once a look finds it running
+        self._send_signal(start)
+
+    def _send_signal(self, start: Start) -> None:
+        if start.signal is None or self._states.get(start.slurm_id) != "RUNNING":
+            return
         try:
-            self.slurm.signal(start.slurm_id, signal)
-        except SlurmError as e:  # not running yet: hold it; the next poll sees it ended
-            log.info("job %s: %s; requeueing it held", job_id, e)
-            start.deadline = time.monotonic()
+            self.slurm.signal(start.slurm_id, start.signal)
+        except SlurmError as e:
+            log.info("job %s: %s", start.job_id, e)
+        start.signal = None
 
     def kill(self, job_id: str, restart: int, nodes: Sequence[str], grace: float = 0.0) -> None:
         start = self._current(job_id, restart)
@@ -292,18 +267,7 @@ class SlurmExecutor:
     def fetch_logs(
         self, req: int, job_id: str, job_key: str, node: str, offsets: Mapping[str, int], limit: int
     ) -> bool:
-        directory = log_dir(self.spool / job_key, node)
-        paths = sorted(directory.glob("*.log")) if directory.is_dir() else []
-        files: dict[str, Any] = {}
-        for path in paths:
-            start = offsets.get(path.name, 0)
-            with contextlib.suppress(OSError), path.open("rb") as f:
-                size = f.seek(0, os.SEEK_END)
-                start = start if 0 <= start <= size else 0
-                f.seek(start)
-                data = f.read(max(0, limit // max(1, len(paths))))
-                files[path.name] = {"offset": start + len(data), "size": size,
-                                    "data": data.decode(errors="replace")}  # fmt: skip
+        files = read_logs(log_dir(self.spool / job_key, node), offsets, limit)
         self._queued.append(LogData(req, node, files))
         return True
 
@@ -323,12 +287,16 @@ class SlurmExecutor:
         self._next_poll = mono + self.interval
         try:
             jobs = {str(j["job_id"]): j for j in self.slurm.jobs()}
+            self._states = {i: str(j["job_state"]) for i, j in jobs.items()}
             nodes = self.slurm.nodes()
         except (SlurmError, ValueError, KeyError) as e:
             log.warning("cannot read Slurm's state: %s", e)
             return events
         if not self._found:
             self._find_again(jobs)
+        for start in self.starts.values():
+            if not start.ended:
+                self._send_signal(start)
         events += self._node_events(nodes, jobs)
         events += self._job_events(jobs)
         return events
@@ -428,10 +396,6 @@ def executor_for(opts: Options) -> SlurmExecutor:
     )
     executor.check()
     return executor
-
-
-def _gres(gpus: int) -> list[str]:
-    return [f"--gres=gpu:{gpus}"] if gpus else []
 
 
 def _me() -> str:

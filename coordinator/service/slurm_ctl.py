@@ -1,23 +1,23 @@
-"""Slurm's side of the Slurm executor: the commands it runs and how Slurm's answers read."""
+"""Slurm's side of the Slurm executor: the commands it runs, the batch jobs it submits, how
+Slurm's answers read, and what it keeps of each start."""
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import shlex
 import subprocess
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from coordinator.service.parts import log_tail
 from coordinator.service.slurm_task import log_dir
 from tiresias_launch.contract import EXIT_CHECKPOINTED
 
 #: Slurm job names of Tiresias jobs: the prefix, then the job key.
 PREFIX = "tiresias:"
-#: Bytes of a failed process' log that its exit carries.
-LOG_TAIL_BYTES = 2048
 #: Job states in which a start's processes may still be alive (their GPUs are busy).
 ACTIVE = frozenset(
     {"RUNNING", "CONFIGURING", "COMPLETING", "SUSPENDED", "SIGNALING", "STAGE_OUT",
@@ -39,9 +39,11 @@ class Slurm:
         self.partition = partition
         self.env = dict(os.environ if env is None else env)
 
-    def run(self, *cmd: str) -> str:
+    def run(self, *cmd: str, timeout: float = 30) -> str:
         try:
-            done = subprocess.run(cmd, env=self.env, capture_output=True, text=True, timeout=30)
+            done = subprocess.run(
+                cmd, env=self.env, capture_output=True, text=True, timeout=timeout
+            )
         except (OSError, subprocess.TimeoutExpired) as e:
             raise SlurmError(f"{cmd[0]}: {e}") from None
         if done.returncode != 0:
@@ -71,7 +73,7 @@ class Slurm:
         self.run("scontrol", "release", slurm_id)
 
     def signal(self, slurm_id: str, sig: str) -> None:
-        self.run("scancel", f"--signal={sig.removeprefix('SIG')}", slurm_id)
+        self.run("scancel", f"--signal={sig.removeprefix('SIG')}", slurm_id, timeout=5)
 
     def requeue_hold(self, slurm_id: str) -> None:
         self.run("scontrol", "requeuehold", slurm_id)
@@ -114,8 +116,62 @@ def process_exit(jobdir: Path, exit: Mapping[str, Any]) -> dict[str, Any]:
     """A process' exit as ``PartExited`` carries it; a failure with its log's tail."""
     found = {k: exit[k] for k in ("role", "task_index", "code")}
     if exit["code"] not in (0, EXIT_CHECKPOINTED):
-        path = log_dir(jobdir, exit["node"]) / f"{exit['role']}-{exit['task_index']}.log"
-        with contextlib.suppress(OSError), path.open("rb") as f:
-            f.seek(max(0, f.seek(0, os.SEEK_END) - LOG_TAIL_BYTES))
-            found["log_tail"] = f.read().decode(errors="replace")
+        name = f"{exit['role']}-{exit['task_index']}.log"
+        found["log_tail"] = log_tail(log_dir(jobdir, exit["node"]) / name)
     return found
+
+
+@dataclass
+class Start:
+    """One start of a Tiresias job as a Slurm job."""
+
+    job_id: str
+    job_key: str
+    restart: int
+    slurm_id: str
+    nodes: tuple[str, ...]
+    shape: tuple[tuple[int, int], ...]  # (GPUs, tasks) of each node
+    slurm_restarts: int  # Slurm's restart count at which this start runs
+    stopping: str | None = None  # "preempt" or "kill", once asked
+    signal: str | None = None  # the preemption signal, until it is sent
+    deadline: float | None = None  # after it: requeue held (preempt) or cancel (kill)
+    ended: bool = False
+    #: Once ended: whether the Slurm job waits held, to be released for the next start,
+    #: and Slurm's restart count then.
+    reusable: bool = False
+    restarts_after: int = 0
+    #: Wall-clock time before which the job may not be released: slurmd refuses a job's
+    #: credentials issued in the second of its last requeue (or earlier).
+    release_after: float = 0.0
+    released: bool = True
+
+
+def batch_args(
+    job_key: str,
+    job_id: str,
+    jobdir: Path,
+    nodes: Sequence[str],
+    shape: Sequence[tuple[int, int]],
+    owner: str | None,
+) -> list[str]:
+    """``sbatch`` options of a held start: one allocation (``--nodes --nodelist
+    --ntasks-per-node --gres``) when every node has the same GPUs and processes, else a
+    heterogeneous job with one component per node (Slurm starts all of them together, or
+    none); ``owner``: the user it runs as, when not the coordinator's."""
+    args = [
+        f"--job-name={PREFIX}{job_key}", f"--comment={job_id}", "--requeue", "--hold",
+        "--open-mode=append", f"--output={jobdir}/slurm-%j.out", f"--chdir={jobdir}",
+        "--export=ALL", *([f"--uid={owner}"] if owner else []),
+    ]  # fmt: skip
+    if len(set(shape)) == 1:
+        gpus, tasks = shape[0]
+        return [*args, f"--nodes={len(nodes)}", f"--nodelist={','.join(nodes)}",
+                f"--ntasks-per-node={tasks}", *_gres(gpus)]  # fmt: skip
+    for i, (node, (gpus, tasks)) in enumerate(zip(nodes, shape, strict=True)):
+        args += [*([":"] if i else []), "--nodes=1", f"--nodelist={node}", f"--ntasks={tasks}",
+                 *_gres(gpus)]  # fmt: skip
+    return args
+
+
+def _gres(gpus: int) -> list[str]:
+    return [f"--gres=gpu:{gpus}"] if gpus else []

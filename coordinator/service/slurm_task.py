@@ -16,6 +16,7 @@ is its process'.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -25,14 +26,12 @@ import time
 from pathlib import Path
 from typing import Any
 
+from coordinator.service.parts import PREEMPTION_DEATHS
 from tiresias_launch.contract import EXIT_CHECKPOINTED
 
 #: Seconds the rest of a gang gets to end on its own once its chief completed (parameter
 #: servers never do) or one process failed (its peers cannot go on).
 SETTLE = 2.0
-#: Exit statuses of a process killed by a preemption signal's default action (a script with
-#: nothing to checkpoint): stopped to be restarted, not failed.
-PREEMPTION_DEATHS = frozenset(-s for s in (signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2))
 CAUGHT = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1, signal.SIGUSR2, signal.SIGCONT)
 
 
@@ -43,6 +42,12 @@ def launch_file(jobdir: Path) -> Path:
 def exit_dir(jobdir: Path, restart: int) -> Path:
     """Where the processes of start ``restart`` leave their exit codes."""
     return jobdir / f"r{restart}" / "exits"
+
+
+def preempt_file(jobdir: Path, restart: int) -> Path:
+    """Written before start ``restart`` is signalled: a process that starts after the signal
+    went out (Slurm signals only the steps running then) is signalled by its task."""
+    return jobdir / f"r{restart}" / "preempt.json"
 
 
 def log_dir(jobdir: Path, node: str) -> Path:
@@ -91,6 +96,8 @@ def batch(jobdir: Path) -> int:
         )
         return EXIT_CHECKPOINTED
     restart = gang["restart"]
+    if preempt_file(jobdir, restart).exists():  # preempted before it began: nothing ran
+        return EXIT_CHECKPOINTED
     steps = []
     for i, (node, procs) in enumerate(gang["parts"].items()):
         gpus = len({g for p in procs for g in p["gpus"]})
@@ -147,6 +154,9 @@ def task(jobdir: Path, restart: int, node: str) -> int:
                 proc["argv"], env=env, cwd=proc.get("cwd") or None, stdout=out,
                 stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
             )  # fmt: skip
+            with contextlib.suppress(OSError, ValueError, KeyError):  # signalled before it ran
+                sig = json.loads(preempt_file(jobdir, restart).read_text())["signal"]
+                child.send_signal(signal.Signals[sig])
             code = child.wait()
         except OSError as e:
             out.write(f"tiresias: cannot start {proc['argv'][:1]} on {node}: {e}\n".encode())

@@ -64,12 +64,28 @@ def test_run_book_order_equals_simulated() -> None:
     assert bench.ledger.decisions == simulated_order()
 
 
+#: The coordinator's options for the scenario (the executor's come on top).
+SCENARIO_OPTIONS = (
+    "--manual-clock",
+    "--policy",
+    "tiresias-l",
+    "--thresholds",
+    "4",
+    "--grace",
+    "30",
+)
+
+
 def test_live_order_equals_simulated(cluster: Cluster) -> None:
-    cluster.start_coordinator(
-        "--manual-clock", "--policy", "tiresias-l", "--thresholds", "4", "--grace", "30"
-    )
+    cluster.start_coordinator(*SCENARIO_OPTIONS)
     cluster.start_agent("n", gpus=2)
     cluster.wait_nodes("n")
+    assert live_order(cluster) == [*simulated_order(), ("kill", "j1")]
+
+
+def live_order(cluster: Cluster) -> list[tuple[str, str]]:
+    """Play the scenario on a running coordinator whose one node has 2 GPUs; the decisions
+    it logged (start/preempt/kill, job), after checking the simulator's are as expected."""
 
     def short_job(gpus: int, duration: float) -> str:
         return cluster.submit(
@@ -107,4 +123,4 @@ def test_live_order_equals_simulated(cluster: Cluster) -> None:
         ("start", "j4"),
         ("start", "j1"),
     ]
-    assert live == [*expected, ("kill", "j1")]
+    return live

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from helpers import wait_until
 from service.conftest import Cluster
+from service.test_live_vs_sim import SCENARIO_OPTIONS, live_order, simulated_order
 
 from coordinator.core.model import JobSpec, Node
 from coordinator.service.store import Store
@@ -142,3 +143,11 @@ def test_node_failure_resumes_from_the_last_checkpoint(
         assert node not in slurm.run("squeue", "-h", "-t", "R", "-o", "%N")
     finally:
         slurm.revive_node(node, frozen)
+
+
+def test_same_decisions_as_agents_and_simulator(cluster: Cluster) -> None:
+    """The live-vs-sim scenario (tests/service/test_live_vs_sim.py) on a one-node Slurm
+    partition: the same decisions, in the same order, as the simulator and the agents."""
+    cluster.start_coordinator(*SCENARIO_OPTIONS, "--executor", "slurm", "--slurm-partition", "one")
+    cluster.wait_nodes("n1")
+    assert live_order(cluster) == [*simulated_order(), ("kill", "j1")]
