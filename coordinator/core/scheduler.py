@@ -281,6 +281,9 @@ class Scheduler:
 
     def schedule(self, now: float) -> list[Decision]:
         self._advance(now)
+        # every pass drops the guards that ended, whatever the policy: a guard left behind
+        # would make next_wakeup name a time already past, forever
+        self._guards.expire(now)
         if self.policy.preemptive:
             return self._preemptive_pass(now)
         return self._fifo_pass(now)
@@ -292,7 +295,6 @@ class Scheduler:
         policy = self.policy
         rkeys, rgpus = policy.running_order(now)
         smallest = min(self._waiting)
-        self._guards.expire(now)
         guarded = self._guards.indices(rkeys)
         drop, chosen = select(
             rkeys, rgpus, policy.waiting_order(), policy.job, guarded, self._gpus.capacity, smallest

@@ -360,6 +360,21 @@ def test_head_of_line_blocking(policy: str, starts: list[str]) -> None:
     assert started(settle(s, 3)) == ["b"] + (["c"] if not starts else [])
 
 
+@pytest.mark.parametrize(("policy", "placement"), [("sf", "consolidate"), ("yarn-cs", "yarn")])
+def test_a_minimum_run_time_ends_under_policies_that_never_preempt(
+    policy: str, placement: str
+) -> None:
+    """A guard that no pass drops made next_wakeup name a past time for ever: the live
+    coordinator then ran a pass on every loop turn and a replay never ended."""
+    s = sched(policy, gpus=(2,), placement=placement, min_run=10.0)
+    s.submit(spec("a", 2), 0)
+    s.submit(spec("b", 2), 0)
+    assert started(settle(s, 0)) == ["a"]
+    assert settle(s, 20) == []
+    wake = s.next_wakeup(20)
+    assert wake is None or wake > 20
+
+
 def test_smallest_first_is_not_preemptive() -> None:
     s = sched("sf", gpus=(2,))
     s.submit(spec("a", 2), 0)
