@@ -173,8 +173,7 @@ def test_after_every_pass_the_reasons_agree_with_the_next_pass(
     GPUs being freed (preempted jobs exit at once here), and positions count the policy's
     order of waiting jobs; also with a minimum run time."""
     nodes, specs, config, placement = w
-    if policy_of(policy).preemptive:  # a minimum run time guards against preemptions
-        config = dataclasses.replace(config, min_run=min_run)
+    config = dataclasses.replace(config, min_run=min_run)
     s = Scheduler(nodes, policy_of(policy), make_placement(placement), config)
     replay = Replay(s, specs)
     for _ in range(5000):
