@@ -4,6 +4,8 @@ coordinator on a real socket."""
 
 from __future__ import annotations
 
+import os
+import pwd
 import re
 import socket
 import urllib.request
@@ -231,6 +233,14 @@ def test_reported_skew_reaches_the_core_and_status(live: Coordinator) -> None:
         view = c.request("status", job_id=job)["job"]
         assert view["skew"] == 0.75 and view["progress"]["step"] == 3
         assert live.sched.job(job).spec.skew == 0.75
+
+
+def test_a_jobs_owner_and_name_reach_the_core(live: Coordinator) -> None:
+    """--service-groups user,model groups live jobs by them."""
+    with Client(live.address, timeout=5) as c:
+        job = c.request("submit", argv=["train.py"], workers=1, name="resnet-sweep")["job_id"]
+    spec = live.sched.job(job).spec
+    assert (spec.user, spec.model) == (pwd.getpwuid(os.getuid()).pw_name, "resnet-sweep")
 
 
 def test_metrics_are_served(live: Coordinator) -> None:
