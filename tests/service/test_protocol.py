@@ -238,6 +238,7 @@ def test_reported_skew_reaches_the_core_and_status(live: Coordinator) -> None:
 def test_a_jobs_owner_and_name_reach_the_core(live: Coordinator) -> None:
     """--service-groups user,model groups live jobs by them."""
     with Client(live.address, timeout=5) as c:
+        c.request("register", node="namenode", gpus=[{"index": 0}], running=[])
         job = c.request("submit", argv=["train.py"], workers=1, name="resnet-sweep")["job_id"]
     spec = live.sched.job(job).spec
     assert (spec.user, spec.model) == (pwd.getpwuid(os.getuid()).pw_name, "resnet-sweep")
