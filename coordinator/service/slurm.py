@@ -57,7 +57,7 @@ from coordinator.service.slurm_ctl import (
     process_exit,
 )
 from coordinator.service.slurm_task import exits, launch_file, log_dir, preempt_file, write_json
-from tiresias_launch.contract import COORDINATOR, SERVER_KEY
+from tiresias_launch.contract import CHECKPOINT_DIR, COORDINATOR, SERVER_KEY
 
 log = logging.getLogger("tiresias.slurm")
 
@@ -127,6 +127,10 @@ class SlurmExecutor:
             ]
             for node in nodes
         }  # fmt: skip
+        try:
+            self._hand_over(gang, jobdir)
+        except (KeyError, OSError) as e:
+            return self._refused(gang, f"cannot prepare its directories for {gang.owner!r}: {e}")
         write_json(
             launch_file(jobdir),
             {"job_id": gang.job_id, "restart": gang.restart, "slurm_restarts": slurm_restarts,
@@ -144,15 +148,7 @@ class SlurmExecutor:
                         self.slurm.cancel(old.slurm_id)
                 slurm_id = self._submit(gang, jobdir, nodes, shape)
         except SlurmError as e:
-            log.error("job %s restart %d: %s", gang.job_id, gang.restart, e)
-            self._queued += [
-                PartExited(gang.job_id, gang.restart, n, "failed",
-                           [{"role": p.role, "task_index": p.task_index, "code": 127,
-                             "log_tail": f"tiresias: Slurm refused the job: {e}"}
-                            for p in gang.parts[n]])
-                for n in nodes
-            ]  # fmt: skip
-            return
+            return self._refused(gang, f"Slurm refused the job: {e}")
         start = Start(
             gang.job_id, gang.job_key, gang.restart, slurm_id, nodes, shape, slurm_restarts
         )
@@ -163,6 +159,28 @@ class SlurmExecutor:
         self.starts[gang.job_id] = start
         log.info("job %s restart %d is Slurm job %s on %s", gang.job_id, gang.restart,
                  slurm_id, ",".join(nodes))  # fmt: skip
+
+    def _refused(self, gang: Gang, why: str) -> None:
+        """A start that cannot be made: every process of it failed, saying why."""
+        log.error("job %s restart %d: %s", gang.job_id, gang.restart, why)
+        self._queued += [
+            PartExited(gang.job_id, gang.restart, node, "failed",
+                       [{"role": p.role, "task_index": p.task_index, "code": 127,
+                         "log_tail": f"tiresias: {why}"} for p in procs])
+            for node, procs in gang.parts.items()
+        ]  # fmt: skip
+
+    @staticmethod
+    def _hand_over(gang: Gang, jobdir: Path) -> None:
+        """The directories the job's processes write (its start's, its checkpoints'), made
+        and owned by the user they run as (Slurm runs them as that user)."""
+        user = pwd.getpwnam(gang.owner) if gang.owner and gang.owner != _me() else None
+        checkpoints = {p.env[CHECKPOINT_DIR] for ps in gang.parts.values() for p in ps
+                       if CHECKPOINT_DIR in p.env}  # fmt: skip
+        for directory in (jobdir, jobdir / f"r{gang.restart}", *map(Path, checkpoints)):
+            directory.mkdir(parents=True, exist_ok=True)
+            if user is not None:
+                os.chown(directory, user.pw_uid, user.pw_gid)
 
     def _submit(
         self, gang: Gang, jobdir: Path, nodes: tuple[str, ...], shape: tuple[tuple[int, int], ...]
