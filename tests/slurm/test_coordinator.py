@@ -151,3 +151,28 @@ def test_same_decisions_as_agents_and_simulator(cluster: Cluster) -> None:
     cluster.start_coordinator(*SCENARIO_OPTIONS, "--executor", "slurm", "--slurm-partition", "one")
     cluster.wait_nodes("n1")
     assert live_order(cluster) == [*simulated_order(), ("kill", "j1")]
+
+
+def test_victim_ignoring_the_signal_is_requeued_at_the_deadline(
+    cluster: Cluster, slurm: LocalSlurm
+) -> None:
+    """The policy preempts a job that ignores the signal: at the end of --grace Slurm's job
+    is requeued held (killed), its GPUs go to the newcomer, and it later starts again."""
+    cluster.start_coordinator(
+        *("--executor", "slurm", "--slurm-partition", "one", "--manual-clock"),
+        *("--policy", "tiresias-l", "--thresholds", "4", "--grace", "3"),
+    )
+    cluster.wait_nodes("n1")
+    args = ("--steps", "40", "--step-time", STEP, "--hold-at", "2", "--ignore-signal")
+    victim = cluster.submit(*args, workers=2)
+    wait_until(lambda: "holding at step 2" in cluster.logs(victim), 60, "the victim to hold")
+    cluster.client.request("advance", seconds=3.0)  # demoted
+    newcomer = cluster.submit("--steps", "2", "--step-time", STEP, workers=2)
+    wait_until(lambda: cluster.state_of(newcomer) == "completed", 60, "the newcomer")
+    wait_until(lambda: running(cluster, victim, 1), 60, "the victim to start again")
+    wait_until(lambda: "start at step 0 (restart 1" in cluster.logs(victim), 60, "its run")
+    logs = cluster.logs(victim)
+    assert "got SIGTERM" in logs and "checkpointed" not in logs  # it ignored the signal
+    # its first run, killed and requeued (jobcomp logs it pending), is the Slurm job's only
+    # finished run: it runs again as the same Slurm job
+    assert sacct_states(slurm, cluster.job(victim)["key"]) == ["PENDING"]
