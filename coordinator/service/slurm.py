@@ -152,7 +152,7 @@ class SlurmExecutor:
         start = Start(
             gang.job_id, gang.job_key, gang.restart, slurm_id, nodes, shape, slurm_restarts
         )
-        start.released = False  # submitted held: every start is a release (scheduled at once)
+        start.released = False  # submitted held: every start is a release by us
         if reuse and old:
             start.release_after = old.release_after
         self._release(start)
