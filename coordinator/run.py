@@ -23,7 +23,7 @@ from typing import Any
 import click
 import zmq
 
-from coordinator.argtypes import COUNT, FLOATS, POSITIVE_COUNT, SECONDS
+from coordinator.argtypes import COUNT, POSITIVE_COUNT, SECONDS
 from coordinator.cli.jobs import SCRIPT_HELP, SUBMIT_RETRIES, follow_logs, log_writer, script_argv
 from coordinator.clikit import (
     PASSTHROUGH_SETTINGS,
@@ -34,11 +34,9 @@ from coordinator.clikit import (
     quiet_broken_pipe,
     run,
 )
-from coordinator.core.config import DEFAULT_QUEUE_THRESHOLDS, thresholds_text
 from coordinator.core.model import CoreError, JobState
-from coordinator.core.policies import POLICY_NAMES
 from coordinator.gang import GangRequest
-from coordinator.scheduling_flags import scheduling_fields, scheduling_options
+from coordinator.scheduling_flags import MEASURED, scheduling_options, scheduling_settings
 from coordinator.service.agent import Agent
 from coordinator.service.client import Client, RequestError, client_keys
 from coordinator.service.coordinator import Coordinator, Options
@@ -211,21 +209,7 @@ def run_job(client: Client, request: GangRequest, name: str | None) -> int:
     show_default="ipc://STATE/coordinator.sock",
     help="embedded mode: the coordinator's ipc:// address, for `tiresias --coordinator`",
 )
-@option(
-    "--policy",
-    type=click.Choice(POLICY_NAMES),
-    default=Options.policy,
-    metavar="NAME",
-    help=f"embedded mode: scheduling policy, one of {', '.join(POLICY_NAMES)}",
-)
-@option(
-    "--thresholds",
-    type=FLOATS,
-    default=None,
-    show_default=thresholds_text(DEFAULT_QUEUE_THRESHOLDS),
-    help="embedded mode: queue thresholds on attained GPU-seconds, comma-separated",
-)
-@scheduling_options(mode="embedded mode: ")
+@scheduling_options("policy", "queue_thresholds", *MEASURED, mode="embedded mode: ")
 @option("--curve-keys", default=None, metavar="DIR", help="CURVE key directory")
 @option("--name", default=None, metavar="NAME", show_default="the script's", help="job name")
 @option("-v", "--verbose", is_flag=True, help="show service logs")
@@ -265,12 +249,9 @@ def command(**params: Any) -> int:
                 bind=args.bind or embedded_address(state, cleanup),
                 state=state,
                 grace=args.grace,
-                policy=args.policy,
-                **scheduling_fields(vars(args)),
+                settings=scheduling_settings(params),
                 allow_root_jobs=True,  # your own coordinator runs your job as you, root or not
             )
-            if args.thresholds is not None:
-                opts.thresholds = args.thresholds
             embedded = Embedded(opts, gpus)
             address = embedded.address
         else:

@@ -1,21 +1,25 @@
 """The scheduling flags of every program that runs the core: ``tiresias-coordinator``,
-``tiresias-run`` (its embedded coordinator) and ``tiresias-sim``, declared once."""
+``tiresias-run`` (its embedded coordinator) and ``tiresias-sim``, declared once, each by the
+name of the ``Settings`` field it sets."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import dataclasses
+from collections.abc import Callable, MutableMapping
 from typing import Any
 
 import click
 
-from coordinator.argtypes import FACTOR, FEATURES, SECONDS
+from coordinator.argtypes import FACTOR, FEATURES, FLOATS, FRACTION, SECONDS
 from coordinator.clikit import option
-from coordinator.core.config import QUEUE_ORDERS
-from coordinator.core.gittins import SERVICE_FEATURES
+from coordinator.core.config import QUEUE_ORDERS, thresholds_text
+from coordinator.core.gittins import GITTINS_VARIANTS, SERVICE_FEATURES
+from coordinator.core.placement import DEFAULT_PACKLIMIT, PLACEMENT_NAMES
+from coordinator.core.policies import POLICY_NAMES
 from coordinator.core.settings import Settings
 
-#: The ``Settings`` (and ``Options``, ``SimOptions``) fields :func:`scheduling_options` sets.
-SCHEDULING = (
+#: The options the simulator measured (docs/simulator.md), the same in all three programs.
+MEASURED = (
     "queue_order",
     "min_run",
     "min_run_restores",
@@ -23,67 +27,165 @@ SCHEDULING = (
     "learn_thresholds",
     "service_groups",
 )
+#: What the flag ``--gittins-fixed`` is the opposite of.
+_FIXED = "gittins_fixed"
+_SETTINGS = {f.name for f in dataclasses.fields(Settings)}
+
+
+def _flags(mode: str) -> dict[str, tuple[tuple[str, ...], dict[str, Any]]]:
+    """Settings field → the names and click arguments of its flag; ``mode`` starts each help
+    ("embedded mode: " in ``tiresias-run``)."""
+    return {
+        "policy": (
+            ("--policy",),
+            dict(
+                type=click.Choice(POLICY_NAMES),
+                default=Settings.policy,
+                metavar="NAME",
+                help=f"{mode}scheduling policy: {', '.join(POLICY_NAMES)}; tiresias-l is "
+                "2D-LAS, tiresias-g 2D-Gittins, yarn-cs FIFO",
+            ),
+        ),
+        "placement": (
+            ("--placement",),
+            dict(
+                type=click.Choice(PLACEMENT_NAMES),
+                default=Settings.placement,
+                metavar="NAME",
+                show_default="the policy's own, skew for tiresias-l/-g, yarn for "
+                "yarn-cs/best-effort, else consolidate",
+                help=f"{mode}placement: {', '.join(PLACEMENT_NAMES)}",
+            ),
+        ),
+        "queue_thresholds": (
+            ("--thresholds", "queue_thresholds"),
+            dict(
+                type=FLOATS,
+                default=list(Settings.queue_thresholds),
+                show_default=thresholds_text(Settings.queue_thresholds),
+                help=f"{mode}queue thresholds on attained GPU-seconds, comma-separated (K-1 "
+                "values for K queues)",
+            ),
+        ),
+        "promote_knob": (
+            ("--promote-knob",),
+            dict(
+                type=float,
+                default=Settings.promote_knob,
+                metavar="X",
+                show_default="inf = off",
+                help=f"{mode}PROMOTEKNOB for starvation",
+            ),
+        ),
+        "packlimit": (
+            ("--packlimit",),
+            dict(
+                type=FRACTION,
+                default=Settings.packlimit,
+                show_default=f"{DEFAULT_PACKLIMIT:g}",
+                help=f"{mode}initial PACKLIMIT of the skew placement; learned from finished "
+                "jobs after that",
+            ),
+        ),
+        "interval": (
+            ("--interval",),
+            dict(
+                type=SECONDS,
+                default=Settings.interval,
+                show_default="only on events and policy wakeups",
+                help=f"{mode}also re-evaluate priorities every N seconds; las and tiresias-g "
+                "then rank running jobs by their service at the last tick, so jobs of close "
+                "priority swap at most once per tick",
+            ),
+        ),
+        "queue_order": (
+            ("--queue-order",),
+            dict(
+                type=click.Choice(QUEUE_ORDERS),
+                default=Settings.queue_order,
+                metavar="|".join(QUEUE_ORDERS),
+                help=f"{mode}order inside a tiresias queue: running jobs ahead of waiting ones, "
+                "or FIFO by first start (a preempted job may evict a later-started one)",
+            ),
+        ),
+        "min_run": (
+            ("--min-run",),
+            dict(
+                type=SECONDS,
+                default=Settings.min_run,
+                metavar="S",
+                show_default=f"{Settings.min_run:g}: off",
+                help=f"{mode}a started job runs at least S seconds before it may be preempted",
+            ),
+        ),
+        "min_run_restores": (
+            ("--min-run-restores",),
+            dict(
+                type=FACTOR,
+                default=Settings.min_run_restores,
+                show_default=f"{Settings.min_run_restores:g}: off",
+                help=f"{mode}… and at least X times its restore cost: start-up, restore and "
+                "first step as the job's runtime measured them (in the simulator: "
+                "--preempt-cost)",
+            ),
+        ),
+        "cheap_victims": (
+            ("--cheap-victims/--no-cheap-victims",),
+            dict(
+                default=Settings.cheap_victims,
+                help=f"{mode}preempt the running jobs of a queue that are cheapest to stop and "
+                "restart first (checkpoint + restore seconds, as measured; in the simulator: "
+                "--preempt-cost)",
+            ),
+        ),
+        "learn_thresholds": (
+            ("--learn-thresholds/--no-learn-thresholds",),
+            dict(
+                default=Settings.learn_thresholds,
+                help=f"{mode}tiresias-l/-g: learn the queue thresholds from completed jobs' GPU "
+                "service (Gittins-derived, re-learned online; --thresholds is where they start)",
+            ),
+        ),
+        "service_groups": (
+            ("--service-groups",),
+            dict(
+                type=FEATURES,
+                default=Settings.service_groups,
+                show_default="none: FIFO",
+                help=f"{mode}tiresias-l/-g: rank a queue's waiting jobs by the Gittins index of "
+                "what completed jobs of their group needed; group by "
+                f"{', '.join(SERVICE_FEATURES)}",
+            ),
+        ),
+        "gittins_variant": (
+            ("--gittins-variant",),
+            dict(
+                type=click.Choice(GITTINS_VARIANTS),
+                default=Settings.gittins_variant,
+                metavar="|".join(GITTINS_VARIANTS),
+                show_default=GITTINS_VARIANTS[0],
+                help=f"{mode}tiresias-g: Gittins index as the paper writes it or as the "
+                "authors' simulator computes it",
+            ),
+        ),
+        "gittins_learn": (
+            ("--gittins-fixed", _FIXED),
+            dict(
+                is_flag=True,
+                help=f"{mode}tiresias-g: keep the distribution as seeded by --gittins-history, "
+                "not learning from completed jobs (default: it learns)",
+            ),
+        ),
+    }
 
 
 def scheduling_options(
-    mode: str = "", section: str | None = None
+    *fields: str, mode: str = "", section: str | None = None
 ) -> Callable[[Callable], Callable]:
-    """The scheduling options the simulator measured (docs/simulator.md), the same in
-    ``tiresias-sim``, ``tiresias-coordinator`` and ``tiresias-run`` (which adds them with
-    ``mode`` "embedded mode: "), with the core's defaults."""
-    decorators = [
-        option(
-            "--queue-order",
-            section=section,
-            type=click.Choice(QUEUE_ORDERS),
-            default=Settings.queue_order,
-            metavar="|".join(QUEUE_ORDERS),
-            help=f"{mode}order inside a tiresias queue: running jobs ahead of waiting ones, or "
-            "FIFO by first start (a preempted job may evict a later-started one)",
-        ),
-        option(
-            "--min-run",
-            section=section,
-            type=SECONDS,
-            default=Settings.min_run,
-            metavar="S",
-            show_default=f"{Settings.min_run:g}: off",
-            help=f"{mode}a started job runs at least S seconds before it may be preempted",
-        ),
-        option(
-            "--min-run-restores",
-            section=section,
-            type=FACTOR,
-            default=Settings.min_run_restores,
-            show_default=f"{Settings.min_run_restores:g}: off",
-            help=f"{mode}… and at least X times its restore cost: start-up, restore and first "
-            "step as the job's runtime measured them (in the simulator: --preempt-cost)",
-        ),
-        option(
-            "--cheap-victims/--no-cheap-victims",
-            section=section,
-            default=Settings.cheap_victims,
-            help=f"{mode}preempt the running jobs of a queue that are cheapest to stop and "
-            "restart first (checkpoint + restore seconds, as measured; in the simulator: "
-            "--preempt-cost)",
-        ),
-        option(
-            "--learn-thresholds/--no-learn-thresholds",
-            section=section,
-            default=Settings.learn_thresholds,
-            help=f"{mode}tiresias-l/-g: learn the queue thresholds from completed jobs' GPU "
-            "service (Gittins-derived, re-learned online; --thresholds is where they start)",
-        ),
-        option(
-            "--service-groups",
-            section=section,
-            type=FEATURES,
-            default=Settings.service_groups,
-            show_default="none: FIFO",
-            help=f"{mode}tiresias-l/-g: rank a queue's waiting jobs by the Gittins index of "
-            f"what completed jobs of their group needed; group by {', '.join(SERVICE_FEATURES)}",
-        ),
-    ]
+    """The flags of the ``Settings`` ``fields``, in that order, with the core's defaults
+    (``mode``: see :func:`_flags`)."""
+    flags = _flags(mode)
+    decorators = [option(*flags[f][0], section=section, **flags[f][1]) for f in fields]
 
     def decorate(f: Callable) -> Callable:
         for decorator in reversed(decorators):
@@ -93,6 +195,10 @@ def scheduling_options(
     return decorate
 
 
-def scheduling_fields(flags: Mapping[str, Any]) -> dict[str, Any]:
-    """The fields the flags :func:`scheduling_options` added set."""
-    return {name: flags[name] for name in SCHEDULING}
+def scheduling_settings(flags: MutableMapping[str, Any]) -> Settings:
+    """The ``Settings`` the flags of :func:`scheduling_options` say, taken out of ``flags``
+    (a command's parameters); CoreError for a bad combination."""
+    given = {name: flags.pop(name) for name in list(flags) if name in _SETTINGS}
+    if _FIXED in flags:
+        given["gittins_learn"] = not flags.pop(_FIXED)
+    return Settings(**given)

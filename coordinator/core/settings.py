@@ -4,13 +4,12 @@ decide alike. Also the snapshot a shell journals, and the scheduler restored fro
 
 from __future__ import annotations
 
-import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from typing import Any
 
-from coordinator.core.config import DEFAULT_QUEUE_ORDER, DEFAULT_QUEUE_THRESHOLDS, SchedulerConfig
+from coordinator.core.config import SchedulerConfig
 from coordinator.core.gittins import ServiceDistribution
-from coordinator.core.model import CoreError, Node
+from coordinator.core.model import Node
 from coordinator.core.placement import (
     DEFAULT_PACKLIMIT,
     Placement,
@@ -22,26 +21,16 @@ from coordinator.core.scheduler import Scheduler
 
 
 @dataclass(frozen=True)
-class Settings:
-    """Every scheduling option (``SchedulerConfig`` documents the queue ones).
-    ``placement`` None: the policy's default. ``queues``: K, checked against the thresholds
-    when given. ``packlimit`` None: ``DEFAULT_PACKLIMIT``. ``gittins_samples``: the seed of
-    tiresias-g's service distribution and of learned thresholds; ``gittins_learn``:
-    tiresias-g adds each completed job's service to it; ``gittins_variant`` None: the
-    index as the paper writes it."""
+class Settings(SchedulerConfig):
+    """Every scheduling option: the scheduler's configuration (``SchedulerConfig`` documents
+    those fields) and the plug-ins it runs with. ``placement`` None: the policy's default.
+    ``packlimit`` None: ``DEFAULT_PACKLIMIT``. ``gittins_samples``: the seed of tiresias-g's
+    service distribution and of learned thresholds; ``gittins_learn``: tiresias-g adds each
+    completed job's service to it; ``gittins_variant`` None: the index as the paper writes
+    it."""
 
     policy: str = "tiresias-l"
     placement: str | None = None
-    queues: int | None = None
-    thresholds: tuple[float, ...] = DEFAULT_QUEUE_THRESHOLDS
-    promote_knob: float = math.inf
-    interval: float = 0.0
-    queue_order: str = DEFAULT_QUEUE_ORDER
-    min_run: float = 0.0
-    min_run_restores: float = 0.0
-    cheap_victims: bool = False
-    learn_thresholds: bool = False
-    service_groups: tuple[str, ...] = ()
     packlimit: float | None = None
     gittins_samples: tuple[float, ...] | None = None
     gittins_variant: str | None = None
@@ -52,23 +41,8 @@ class Settings:
         return DEFAULT_PACKLIMIT if self.packlimit is None else self.packlimit
 
     def config(self) -> SchedulerConfig:
-        """The scheduler's configuration; CoreError for a bad knob."""
-        if self.queues is not None and self.queues != len(self.thresholds) + 1:
-            raise CoreError(
-                f"{self.queues} queues need {self.queues - 1} thresholds, "
-                f"got {len(self.thresholds)}"
-            )
-        return SchedulerConfig(
-            queue_thresholds=self.thresholds,
-            promote_knob=self.promote_knob,
-            interval=self.interval,
-            queue_order=self.queue_order,
-            min_run=self.min_run,
-            min_run_restores=self.min_run_restores,
-            cheap_victims=self.cheap_victims,
-            learn_thresholds=self.learn_thresholds,
-            service_groups=self.service_groups,
-        )
+        """The scheduler's configuration alone."""
+        return SchedulerConfig(**{f.name: getattr(self, f.name) for f in fields(SchedulerConfig)})
 
     def make_policy(self) -> Policy:
         params: dict[str, object] = {}
@@ -89,11 +63,9 @@ class Settings:
     def journal_record(self) -> dict[str, Any]:
         """The options replay depends on, msgpack-able (the seed samples are not here: the
         shell names where it read them). A journal is replayed only under the same record."""
-        record = asdict(self)
-        del record["gittins_samples"]
-        record["thresholds"] = list(self.thresholds)
-        record["service_groups"] = list(self.service_groups)
-        record["promote_knob"] = None if math.isinf(self.promote_knob) else self.promote_knob
+        record = {**asdict(self), **self.config().to_dict()}
+        del record["gittins_samples"], record["reject_oversized"]  # no shell sets it
+        record["thresholds"] = record.pop("queue_thresholds")  # the journal's older name
         return record
 
 

@@ -17,20 +17,14 @@ import click
 import zmq
 
 from coordinator.argtypes import (
-    FLOATS,
-    FRACTION,
     PORT,
     POSITIVE_COUNT,
     POSITIVE_SECONDS,
     SECONDS,
 )
 from coordinator.clikit import Command, option, run
-from coordinator.core.config import DEFAULT_QUEUE_THRESHOLDS, thresholds_text
-from coordinator.core.gittins import GITTINS_VARIANTS
 from coordinator.core.model import CoreError
-from coordinator.core.placement import DEFAULT_PACKLIMIT, PLACEMENT_NAMES
-from coordinator.core.policies import POLICY_NAMES
-from coordinator.scheduling_flags import scheduling_options
+from coordinator.scheduling_flags import MEASURED, scheduling_options, scheduling_settings
 from coordinator.service.coordinator import Coordinator, Options
 from coordinator.service.options import MAX_JOB_SIZE
 from coordinator.service.ports import PORT_RANGE
@@ -56,53 +50,8 @@ PATH = click.Path(path_type=Path)
     show_default=f"./{Options.state}",
     help="state directory (SQLite journal); reuse it to resume after a crash",
 )
-@option(
-    "--policy",
-    type=click.Choice(POLICY_NAMES),
-    default=Options.policy,
-    metavar="NAME",
-    help=f"scheduling policy: {', '.join(POLICY_NAMES)}; tiresias-l is 2D-LAS, tiresias-g "
-    "2D-Gittins, yarn-cs FIFO",
-)
-@option(
-    "--placement",
-    type=click.Choice(PLACEMENT_NAMES),
-    default=Options.placement,
-    metavar="NAME",
-    show_default="the policy's own, skew for tiresias-l/-g, yarn for yarn-cs/best-effort, "
-    "else consolidate",
-    help=f"placement: {', '.join(PLACEMENT_NAMES)}",
-)
-@option(
-    "--thresholds",
-    type=FLOATS,
-    default=list(DEFAULT_QUEUE_THRESHOLDS),
-    show_default=thresholds_text(DEFAULT_QUEUE_THRESHOLDS),
-    help="queue thresholds on attained GPU-seconds, comma-separated (K-1 values for K queues)",
-)
-@option(
-    "--promote-knob",
-    type=float,
-    default=float("inf"),
-    metavar="X",
-    show_default="inf = off",
-    help="PROMOTEKNOB for starvation",
-)
-@option(
-    "--packlimit",
-    type=FRACTION,
-    default=None,
-    show_default=f"{DEFAULT_PACKLIMIT:g}",
-    help="initial PACKLIMIT of the skew placement; learned from finished jobs after that",
-)
-@option(
-    "--interval",
-    type=SECONDS,
-    default=0.0,
-    show_default="only on events and policy wakeups",
-    help="also re-evaluate priorities every N seconds; las and tiresias-g then rank running "
-    "jobs by their service at the last tick, so jobs of close priority swap at most once "
-    "per tick",
+@scheduling_options(
+    "policy", "placement", "queue_thresholds", "promote_knob", "packlimit", "interval"
 )
 @option(
     "--gittins-history",
@@ -112,22 +61,7 @@ PATH = click.Path(path_type=Path)
     help="tiresias-g: CSV of past jobs' service (header 'duration', GPU-seconds) that seeds "
     "the Gittins distribution",
 )
-@scheduling_options()
-@option(
-    "--gittins-variant",
-    type=click.Choice(GITTINS_VARIANTS),
-    default=None,
-    metavar="|".join(GITTINS_VARIANTS),
-    show_default=GITTINS_VARIANTS[0],
-    help="tiresias-g: Gittins index as the paper writes it or as the authors' simulator "
-    "computes it",
-)
-@option(
-    "--gittins-fixed",
-    is_flag=True,
-    help="tiresias-g: keep the distribution as seeded by --gittins-history, not learning from "
-    "completed jobs (default: it learns)",
-)
+@scheduling_options(*MEASURED, "gittins_variant", "gittins_learn")
 @option(
     "--heartbeat-timeout",
     type=POSITIVE_SECONDS,
@@ -245,9 +179,9 @@ PATH = click.Path(path_type=Path)
     "the coordinator's",
 )
 def command(**flags: Any) -> int:
-    opts = options(**flags)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     try:
+        opts = options(**flags)
         coord = Coordinator(opts)
     except (CoreError, ValueError, OSError) as e:
         print(f"tiresias-coordinator: {e}", file=sys.stderr)
@@ -267,9 +201,9 @@ def command(**flags: Any) -> int:
 
 
 def options(**flags: Any) -> Options:
-    """The :class:`Options` of the command line's flags."""
-    fixed = flags.pop("gittins_fixed")
-    return Options(**{**flags, "admins": frozenset(flags["admins"]), "gittins_learn": not fixed})
+    """The :class:`Options` of the command line's flags; CoreError for bad scheduling ones."""
+    settings = scheduling_settings(flags)
+    return Options(**{**flags, "admins": frozenset(flags["admins"])}, settings=settings)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -73,7 +73,7 @@ class Coordinator:
         self.metrics = Metrics()
         # options are checked (by building the scheduler) before the state directory exists,
         # so a refused start leaves nothing behind
-        self.core_settings = opts.settings()
+        self.core_settings = opts.core_settings()
         fresh = build_scheduler(self.core_settings)
         identity.check_bind(opts.bind, opts.curve_keys is not None)
         if executor is None and opts.executor == "slurm":  # checked before the state exists
@@ -232,7 +232,7 @@ class Coordinator:
         log.info(
             "coordinator listening on %s (policy %s, state %s)",
             self.address,
-            self.opts.policy,
+            self.opts.settings.policy,
             self.opts.state,
         )
         self.ready.set()

@@ -7,7 +7,6 @@ import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from coordinator.core.config import DEFAULT_QUEUE_ORDER, DEFAULT_QUEUE_THRESHOLDS
 from coordinator.core.gittins import ServiceDistribution
 from coordinator.core.settings import Settings
 from coordinator.service.client import DEFAULT_ADDRESS
@@ -23,21 +22,9 @@ class Options:
 
     bind: str = DEFAULT_ADDRESS
     state: Path = Path("tiresias-state")
-    policy: str = "tiresias-l"
-    placement: str | None = None  # None: the policy's default placement
-    thresholds: list[float] = field(default_factory=lambda: list(DEFAULT_QUEUE_THRESHOLDS))
-    promote_knob: float = float("inf")
-    packlimit: float | None = None
-    interval: float = 0.0
+    #: The scheduling options (the history's samples are read by :meth:`core_settings`).
+    settings: Settings = field(default_factory=Settings)
     gittins_history: Path | None = None
-    queue_order: str = DEFAULT_QUEUE_ORDER
-    min_run: float = 0.0
-    min_run_restores: float = 0.0
-    cheap_victims: bool = False
-    learn_thresholds: bool = False
-    service_groups: tuple[str, ...] = ()
-    gittins_variant: str | None = None
-    gittins_learn: bool = True
     heartbeat_timeout: float = 10.0
     grace: float = 30.0
     preempt_signal: str = "SIGTERM"
@@ -63,20 +50,10 @@ class Options:
     def checkpoints(self) -> Path:
         return (self.checkpoint_root or self.state / "checkpoints").resolve()
 
-    def settings(self) -> Settings:
-        """The core's settings (reads ``gittins_history``; OSError/CoreError when bad)."""
-        samples = None
-        if self.gittins_history is not None:
-            with resolve_trace(self.gittins_history).open() as f:
-                samples = tuple(ServiceDistribution.parse(f).samples)
-        return Settings(
-            **{f: getattr(self, f) for f in _SETTINGS if f != "thresholds"},
-            thresholds=tuple(self.thresholds),
-            gittins_samples=samples,
-        )
-
-
-#: Options that are core Settings of the same name.
-_SETTINGS = tuple(
-    f.name for f in dataclasses.fields(Settings) if f.name in Options.__dataclass_fields__
-)
+    def core_settings(self) -> Settings:
+        """``settings`` seeded from ``gittins_history`` (OSError/CoreError when bad)."""
+        if self.gittins_history is None:
+            return self.settings
+        with resolve_trace(self.gittins_history).open() as f:
+            samples = tuple(ServiceDistribution.parse(f).samples)
+        return dataclasses.replace(self.settings, gittins_samples=samples)

@@ -12,7 +12,6 @@ from typing import Any
 from coordinator.core import events
 from coordinator.core.model import CoreError
 from coordinator.core.packlimit import PackLimit
-from coordinator.core.placement import DEFAULT_PACKLIMIT
 from coordinator.core.scheduler import Scheduler
 from coordinator.core.settings import Settings, build_scheduler, restore_scheduler
 from coordinator.service.options import Options
@@ -100,7 +99,7 @@ def load(store: Store, opts: Options, settings: Settings, fresh: Scheduler | Non
         job_id: JobRecord.from_wire(job_id, rec)
         for job_id, rec in sorted(store.jobs(), key=lambda item: int(item[0][1:]))
     }
-    packlimit = PackLimit(DEFAULT_PACKLIMIT if opts.packlimit is None else opts.packlimit)
+    packlimit = PackLimit(settings.packlimit_value)
     for key, skew, placement, iter_time in store.observations():
         packlimit.observe(key, skew, placement, iter_time)
     replayed = len(journal) if journal or snapshot else None

@@ -28,7 +28,7 @@ from coordinator.clikit import run as run_cli
 from coordinator.core import GITTINS_VARIANTS, POLICY_NAMES, ServiceDistribution
 from coordinator.core.model import CoreError
 from coordinator.core.settings import build_scheduler
-from coordinator.scheduling_flags import scheduling_options
+from coordinator.scheduling_flags import MEASURED, scheduling_options
 from coordinator.sim.cluster import cluster_from_file, cluster_from_shape
 from coordinator.sim.engine import SimOptions, core_settings
 from coordinator.sim.report import Bins, format_report, json_summary, write_outputs
@@ -160,7 +160,7 @@ DESCRIPTION = (
 @option(
     "--promote-knob", type=float, metavar="X", section=SCHEDULING, help="PROMOTEKNOB (inf: never)"
 )
-@scheduling_options(section=SCHEDULING)
+@scheduling_options(*MEASURED, section=SCHEDULING)
 @option(
     "--interval",
     type=SECONDS,

@@ -352,10 +352,14 @@ _SETTINGS = tuple(
 
 
 def core_settings(policy: str, opts: SimOptions) -> Settings:
-    """The core ``Settings`` of ``policy`` under ``opts``; ``build_scheduler`` checks them."""
-    return Settings(
-        policy=policy,
-        **{  # type: ignore[arg-type]
-            name: value for name in _SETTINGS if (value := getattr(opts, name)) is not None
-        },
-    )
+    """The core ``Settings`` of ``policy`` under ``opts``; CoreError for a bad knob."""
+    given = {name: value for name in _SETTINGS if (value := getattr(opts, name)) is not None}
+    if opts.thresholds is not None:
+        given["queue_thresholds"] = opts.thresholds
+    settings = Settings(policy=policy, **given)  # type: ignore[arg-type]
+    if opts.queues is not None and opts.queues != settings.queues:
+        raise CoreError(
+            f"{opts.queues} queues need {opts.queues - 1} thresholds, "
+            f"got {len(settings.queue_thresholds)}"
+        )
+    return settings

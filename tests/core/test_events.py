@@ -102,7 +102,7 @@ def test_apply_returns_the_decisions_and_replay_rebuilds_the_same_state() -> Non
     """Events applied live, journaled, and replayed on a fresh scheduler give the same
     decisions and the same state, costs and learned PACKLIMIT included."""
     settings = Settings(
-        policy="tiresias-l", thresholds=(10.0,), cheap_victims=True, min_run_restores=1.0
+        policy="tiresias-l", queue_thresholds=(10.0,), cheap_victims=True, min_run_restores=1.0
     )
     live = build_scheduler(settings)
     journal: list[tuple[str, dict[str, object]]] = []

@@ -66,7 +66,7 @@ def test_groups_learn_from_finished_jobs_only_and_fall_back_to_everyone() -> Non
 def test_batches_split_by_time_and_survive_a_restore() -> None:
     """A batch is a group's jobs submitted within BATCH_SPAN of its first one; the batch
     bookkeeping and learned groups are part of the policy's snapshot."""
-    settings = Settings(thresholds=(1e6,), service_groups=("user", "batch"))
+    settings = Settings(queue_thresholds=(1e6,), service_groups=("user", "batch"))
     sched = build_scheduler(settings, [Node("n", (0,))])
     for job_id, at in (("j1", 0.0), ("j2", 10.0)):
         sched.apply(Submit(JobSpec(job_id, 1, at, user="u"), at))

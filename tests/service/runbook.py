@@ -10,9 +10,8 @@ from typing import Any
 from coordinator.core import events
 from coordinator.core.model import Decision, JobSpec
 from coordinator.core.packlimit import PackLimit
-from coordinator.core.settings import build_scheduler
+from coordinator.core.settings import Settings, build_scheduler
 from coordinator.service.commands import Command
-from coordinator.service.coordinator import Options
 from coordinator.service.metrics import Metrics
 from coordinator.service.records import JobRecord, Request
 from coordinator.service.runs import RunBook, RunSettings, When
@@ -24,8 +23,8 @@ HEARTBEAT = 10.0
 class MemoryLedger:
     """The coordinator's journal, in lists."""
 
-    def __init__(self, options: Options) -> None:
-        self.sched = build_scheduler(options.settings())
+    def __init__(self, settings: Settings) -> None:
+        self.sched = build_scheduler(settings)
         self.events: list[events.Event] = []
         self.decisions: list[tuple[str, str]] = []
         self.observed: list[tuple[str, float, str, float]] = []
@@ -47,8 +46,8 @@ class MemoryLedger:
 class Bench:
     """A run book, its ledger, and the test's clock (``when``)."""
 
-    def __init__(self, **options: Any) -> None:
-        self.ledger = MemoryLedger(Options(**options))
+    def __init__(self, **settings: Any) -> None:
+        self.ledger = MemoryLedger(Settings(**settings))
         self.sched = self.ledger.sched
         settings = RunSettings(GRACE, "SIGTERM", HEARTBEAT, Path("/checkpoints"))
         self.book = RunBook(self.sched, self.ledger, settings, PackLimit(0.5), Metrics())

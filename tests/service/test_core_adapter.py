@@ -7,6 +7,7 @@ import dataclasses
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from helpers import FAKE_JOB
@@ -32,25 +33,27 @@ from coordinator.sim.engine import SimOptions, core_settings
 def test_default_placement_follows_the_policy_as_in_the_simulator(
     policy: str, placement: str
 ) -> None:
-    live = build_scheduler(Options(policy=policy).settings())
+    live = build_scheduler(Options(settings=Settings(policy=policy)).core_settings())
     assert live.placement.name == placement
     simulated = build_scheduler(core_settings(policy, SimOptions()))
     assert type(live.placement) is type(simulated.placement)
 
 
 def test_configured_placement_wins() -> None:
-    settings = Options(policy="yarn-cs", placement="spread").settings()
-    assert build_scheduler(settings).placement.name == "spread"
+    ctx = cli.command.make_context(
+        "tiresias-coordinator", ["--policy", "yarn-cs", "--placement", "spread"]
+    )
+    assert build_scheduler(cli.options(**ctx.params).core_settings()).placement.name == "spread"
 
 
 def test_live_and_simulated_options_give_the_same_settings() -> None:
     """Every scheduling option the simulator takes, the service takes too, to the same core
     settings (only the simulator's seed samples come from a file the service names)."""
-    knobs = {
-        "thresholds": (100.0, 1000.0),
+    thresholds = (100.0, 1000.0)
+    knobs: dict[str, Any] = {
         "promote_knob": 4.0,
         "interval": 60.0,
-        "queue_order": "first-start",
+        "queue_order": "running-first",
         "min_run": 30.0,
         "min_run_restores": 2.0,
         "cheap_victims": True,
@@ -61,25 +64,25 @@ def test_live_and_simulated_options_give_the_same_settings() -> None:
         "gittins_variant": "authors",
         "gittins_learn": False,
     }
-    live = Options(policy="tiresias-g", **{**knobs, "thresholds": list(knobs["thresholds"])})
-    simulated = core_settings("tiresias-g", SimOptions(**knobs))  # type: ignore[arg-type]
-    assert live.settings() == simulated
+    live = Settings(policy="tiresias-g", queue_thresholds=thresholds, **knobs)
+    simulated = core_settings("tiresias-g", SimOptions(thresholds=thresholds, **knobs))
+    assert live == simulated
     assert simulated != core_settings("tiresias-g", SimOptions())
     shared = {f.name for f in dataclasses.fields(Settings)} - {
         "policy",
-        "queues",
+        "queue_thresholds",
+        "reject_oversized",
         "gittins_samples",
     }
-    assert shared == set(knobs)  # a new setting must be added to both shells
+    assert shared == set(knobs)  # a new setting must reach the simulator too
 
 
 def test_coordinator_flags_reach_the_core_settings() -> None:
-    flags = "--queue-order first-start --min-run 30 --min-run-restores 2 --cheap-victims"
+    flags = "--min-run 30 --min-run-restores 2 --cheap-victims"
     flags += " --learn-thresholds --gittins-variant authors --gittins-fixed --policy tiresias-g"
     flags += " --service-groups user,batch"
     ctx = cli.command.make_context("tiresias-coordinator", flags.split())
     simulated = SimOptions(
-        queue_order="first-start",
         min_run=30.0,
         min_run_restores=2.0,
         cheap_victims=True,
@@ -88,7 +91,7 @@ def test_coordinator_flags_reach_the_core_settings() -> None:
         gittins_variant="authors",
         gittins_learn=False,
     )
-    assert cli.options(**ctx.params).settings() == core_settings("tiresias-g", simulated)
+    assert cli.options(**ctx.params).core_settings() == core_settings("tiresias-g", simulated)
 
 
 @pytest.mark.parametrize(

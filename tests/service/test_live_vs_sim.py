@@ -37,7 +37,7 @@ def simulated_order() -> list[tuple[str, str]]:
 def test_run_book_order_equals_simulated() -> None:
     """Each launch runs at once, each preemption is answered by a checkpointed exit, and a
     job completes as soon as it has run its duration."""
-    bench = Bench(policy="tiresias-l", thresholds=[4.0])
+    bench = Bench(policy="tiresias-l", queue_thresholds=(4.0,))
     bench.node("n", 2)
     durations = {j: d for j, _, _, d in SCENARIO}
     arrivals = sorted(SCENARIO, key=lambda s: s[2])

@@ -12,7 +12,7 @@ import zmq
 
 from coordinator import protocol
 from coordinator.core.events import SetPackLimit, from_wire, to_wire
-from coordinator.core.settings import build_scheduler, restore_scheduler, snapshot
+from coordinator.core.settings import Settings, build_scheduler, restore_scheduler, snapshot
 from coordinator.service.client import Client
 from coordinator.service.coordinator import Coordinator, Options
 from coordinator.service.store import Store
@@ -106,7 +106,7 @@ def test_register_kills_unexpected_jobs_and_loses_missing_ones(coord: Coordinato
 
 
 def test_learned_packlimit_is_journaled_and_snapshotted() -> None:
-    settings = Options(placement="skew").settings()
+    settings = Settings(placement="skew")
     sched = build_scheduler(settings)
     sched.apply(from_wire(*to_wire(SetPackLimit(0.3))))
     assert sched.placement.packlimit == 0.3
@@ -114,11 +114,15 @@ def test_learned_packlimit_is_journaled_and_snapshotted() -> None:
 
 
 def test_restart_with_other_scheduler_options_is_refused(tmp_path: Path) -> None:
-    first = Options(bind=f"ipc://{tmp_path}/c.sock", state=tmp_path, thresholds=[100.0])
+    first = Options(
+        bind=f"ipc://{tmp_path}/c.sock",
+        state=tmp_path,
+        settings=Settings(queue_thresholds=(100.0,)),
+    )
     with in_process_coordinator(first) as c:
         ScriptedAgent(c.address, "n1", 1).close()  # journals the node: now there is history
     with pytest.raises(ValueError, match=r"created with thresholds=\[100.0\].*\[200.0\]"):
-        Coordinator(Options(state=tmp_path, thresholds=[200.0]))
+        Coordinator(Options(state=tmp_path, settings=Settings(queue_thresholds=(200.0,))))
 
 
 @pytest.mark.parametrize(
@@ -147,4 +151,4 @@ def test_state_from_before_an_option_replays_at_its_default_only(
     store.close()
     Coordinator(Options(state=tmp_path)).store.close()
     with pytest.raises(ValueError, match=rf"created with {option}=.* but this start asks for"):
-        Coordinator(Options(state=tmp_path, **{option: value}))  # type: ignore[arg-type]
+        Coordinator(Options(state=tmp_path, settings=Settings(**{option: value})))  # type: ignore[arg-type]

@@ -76,7 +76,7 @@ def _preempted(bench: Bench) -> Signal:
 
 
 def test_a_preemption_signals_with_a_grace_then_insists_then_resumes_from_the_checkpoint() -> None:
-    bench = Bench(policy="tiresias-l", thresholds=[4.0])
+    bench = Bench(policy="tiresias-l", queue_thresholds=(4.0,))
     assert _preempted(bench) == Signal("j1", 0, ("n",), "SIGTERM", GRACE)
     mono = bench.when(3.0).mono
     bench.book.overdue(mono + GRACE + HEARTBEAT - 1)
@@ -91,7 +91,7 @@ def test_a_preemption_signals_with_a_grace_then_insists_then_resumes_from_the_ch
 
 
 def test_a_preemption_without_a_checkpoint_counts_the_steps_to_run_again() -> None:
-    bench = Bench(policy="tiresias-l", thresholds=[4.0])
+    bench = Bench(policy="tiresias-l", queue_thresholds=(4.0,))
     _preempted(bench)  # j1 ran t=0..3 on 2 GPUs
     p = bench.book.records["j1"].progress
     p.restart, p.step, p.checkpoint = 0, 100, {"step": 60}
@@ -128,7 +128,7 @@ def test_reconcile_kills_what_a_node_should_not_run_and_loses_what_it_no_longer_
 
 
 def test_the_chiefs_checkpoint_counts_however_its_peers_ended() -> None:
-    bench = Bench(policy="tiresias-l", thresholds=[4.0])
+    bench = Bench(policy="tiresias-l", queue_thresholds=(4.0,))
     bench.node("n1", 1)
     bench.node("n2", 1)
     _started(bench, "j1", 2)

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from coordinator.core.model import CoreError
+from coordinator.core.settings import Settings
 from coordinator.service.client import Client
 from coordinator.service.coordinator import Coordinator, Options
 from coordinator.service.keys import generate
@@ -22,21 +23,25 @@ from .conftest import in_process_coordinator
 def test_bad_options_create_nothing_and_a_good_start_follows(tmp_path: Path) -> None:
     state = tmp_path / "state"
     with pytest.raises(CoreError, match="unknown policy 'foo'"):
-        Coordinator(Options(state=state, policy="foo"))
+        Coordinator(Options(state=state, settings=Settings(policy="foo")))
     with pytest.raises(CoreError, match="unknown placement"):
-        Coordinator(Options(state=state, placement="nowhere"))
+        Coordinator(Options(state=state, settings=Settings(placement="nowhere")))
     with pytest.raises(CoreError, match="queue_thresholds"):
-        Coordinator(Options(state=state, thresholds=[5.0, 1.0]))
+        Coordinator(Options(state=state, settings=Settings(queue_thresholds=(5.0, 1.0))))
     with pytest.raises(OSError):
-        Coordinator(Options(state=state, policy="tiresias-g", gittins_history=tmp_path / "no"))
+        Coordinator(
+            Options(
+                state=state, settings=Settings(policy="tiresias-g"), gittins_history=tmp_path / "no"
+            )
+        )
     assert not state.exists()
-    Coordinator(Options(state=state, policy="las")).store.close()
+    Coordinator(Options(state=state, settings=Settings(policy="las"))).store.close()
 
 
 def test_a_state_without_history_takes_the_next_starts_options(tmp_path: Path) -> None:
     """E.g. a start that created the state but then could not bind its port."""
-    Coordinator(Options(state=tmp_path, policy="las")).store.close()
-    coord = Coordinator(Options(state=tmp_path, policy="tiresias-g"))
+    Coordinator(Options(state=tmp_path, settings=Settings(policy="las"))).store.close()
+    coord = Coordinator(Options(state=tmp_path, settings=Settings(policy="tiresias-g")))
     assert coord.sched.policy.name == "tiresias-g"
     coord.store.close()
 

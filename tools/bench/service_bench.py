@@ -40,7 +40,7 @@ import zmq
 from coordinator import protocol
 from coordinator.core.events import Exited, NodeUp, Schedule, Submit, to_wire
 from coordinator.core.model import ExitOutcome, JobSpec, Node
-from coordinator.core.settings import build_scheduler
+from coordinator.core.settings import Settings, build_scheduler
 from coordinator.service.client import Client
 from coordinator.service.coordinator import Coordinator, Options
 from coordinator.service.identity import ANY_NODE, Peer
@@ -155,8 +155,8 @@ def bench_messages(senders: int, messages: int) -> dict[str, float]:
 def bench_pass(nodes: int, jobs: int, passes: int, seed: int = 1) -> dict[str, float]:
     rng = random.Random(seed)
     with tempfile.TemporaryDirectory() as state:
-        opts = Options(state=Path(state), thresholds=[3600.0])
-        sched = build_scheduler(opts.settings())
+        opts = Options(state=Path(state), settings=Settings(queue_thresholds=(3600.0,)))
+        sched = build_scheduler(opts.settings)
         store = Store(Path(state))
         now = 0.0
         for n in range(nodes):
