@@ -3,7 +3,6 @@ policies and compare them."""
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import sys
@@ -268,7 +267,7 @@ def command(**a: Any) -> int:
             if args.cluster_file
             else cluster_from_shape(args.cluster)
         )
-        options = SimOptions(
+        options = SimOptions.of(
             queues=args.queues,
             thresholds=args.thresholds,
             promote_knob=args.promote_knob,
@@ -328,7 +327,7 @@ def command(**a: Any) -> int:
             return _error(e)
         return 0
     if args.reasons:  # each job's reasons and history go into the per-job outputs
-        options = dataclasses.replace(options, explain=True)
+        options = options.replace(explain=True)
     results = [
         run_one(trace.specs, nodes, name, options, args.no_progress) for name in args.policies
     ]

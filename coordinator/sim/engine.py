@@ -39,29 +39,12 @@ _MAX_PASSES_PER_INSTANT = 10_000
 
 @dataclass(frozen=True)
 class SimOptions:
-    """Knobs of one run. ``None`` means the core's default."""
+    """Knobs of one run: the core's ``settings`` (each run's policy replaces theirs) and the
+    simulator's own. Build one from flat names with :meth:`of`."""
 
+    settings: Settings = field(default_factory=Settings)
+    # K, checked against the thresholds when given (None: as many as they make)
     queues: int | None = None
-    thresholds: tuple[float, ...] | None = None
-    promote_knob: float | None = None
-    queue_order: str | None = None  # inside a tiresias queue: see core QUEUE_ORDERS
-    # No thrashing (SchedulerConfig): seconds, and multiples of the restore cost, a started
-    # job runs before it may be preempted; cheapest running jobs of a queue preempted first.
-    min_run: float | None = None
-    min_run_restores: float | None = None
-    cheap_victims: bool | None = None
-    # tiresias-l/-g: thresholds learned from completed jobs (``thresholds``: the start)
-    learn_thresholds: bool | None = None
-    # tiresias-l/-g: rank waiting jobs by what finished jobs of their group needed
-    service_groups: tuple[str, ...] | None = None
-    # Re-evaluate priorities every ``interval`` seconds too; for las, instead of at the exact
-    # times when attained services cross (the paper's Figure 7 model).
-    interval: float | None = None
-    gittins_samples: tuple[float, ...] | None = None  # seed of tiresias-g's distribution
-    gittins_variant: str | None = None
-    gittins_learn: bool = True  # add each completed job's service to the distribution
-    placement: str | None = None
-    packlimit: float | None = None
     # Preemption cost: seconds to checkpoint (GPUs stay held) and to restore (added to the
     # resumed run), or "model" for the per-model table in ``profiles``. None: free.
     preempt_cost: float | Literal["model"] | None = None
@@ -73,6 +56,28 @@ class SimOptions:
     # Keep each job's pending reasons and history in words (JobRecord.reasons, .history), as
     # the live service tells them (coordinator.core.explain and .history); --out writes them.
     explain: bool = False
+
+    @classmethod
+    def of(cls, **options: object) -> SimOptions:
+        """Default options with ``options`` (see :meth:`replace`)."""
+        return cls().replace(**options)
+
+    def replace(self, **options: object) -> SimOptions:
+        """These options with ``options`` changed: ``Settings`` fields (``thresholds``: the
+        queue thresholds, as ``--thresholds`` and ``--sweep thresholds`` name them) and
+        ``SimOptions`` ones; None keeps the value."""
+        given = {name: value for name, value in options.items() if value is not None}
+        if "thresholds" in given:
+            given["queue_thresholds"] = given.pop("thresholds")
+        settings = {name: given.pop(name) for name in list(given) if name in _SETTINGS}
+        return dataclasses.replace(
+            self,
+            settings=dataclasses.replace(self.settings, **settings),  # type: ignore[arg-type]
+            **given,  # type: ignore[arg-type]
+        )
+
+
+_SETTINGS = {f.name for f in dataclasses.fields(Settings)}
 
 
 @dataclass
@@ -153,8 +158,9 @@ def simulate(
     **options: object,
 ) -> SimResult:
     """Run ``specs`` (each with a true ``duration``) through the core under ``policy_name``.
-    ``options`` are ``SimOptions`` fields; ``progress(n)``: n more jobs completed or skipped."""
-    return run(specs, cluster_nodes, policy_name, SimOptions(**options), progress)  # type: ignore[arg-type]
+    ``options``: as ``SimOptions.of`` takes them; ``progress(n)``: n more jobs completed or
+    skipped."""
+    return run(specs, cluster_nodes, policy_name, SimOptions.of(**options), progress)
 
 
 def run(
@@ -345,18 +351,9 @@ class _Simulation:
         self.result.busy_gpu_seconds += run.spec.gpus * (now - run.held_since)
 
 
-#: SimOptions fields that are core Settings of the same name (None: the core's default).
-_SETTINGS = tuple(
-    f.name for f in dataclasses.fields(SimOptions) if f.name in Settings.__dataclass_fields__
-)
-
-
 def core_settings(policy: str, opts: SimOptions) -> Settings:
     """The core ``Settings`` of ``policy`` under ``opts``; CoreError for a bad knob."""
-    given = {name: value for name in _SETTINGS if (value := getattr(opts, name)) is not None}
-    if opts.thresholds is not None:
-        given["queue_thresholds"] = opts.thresholds
-    settings = Settings(policy=policy, **given)  # type: ignore[arg-type]
+    settings = dataclasses.replace(opts.settings, policy=policy)
     if opts.queues is not None and opts.queues != settings.queues:
         raise CoreError(
             f"{opts.queues} queues need {opts.queues - 1} thresholds, "

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import concurrent.futures
 import csv
-import dataclasses
 import itertools
 import multiprocessing
 import time
@@ -38,7 +37,7 @@ def _flag(text: str) -> bool:
 
 # Swept name → how one value is read. "cluster" (MACHINESxGPUS) and "load" (offered load:
 # the cluster is resized, in machines of --cluster's size, so that GPU demand / GPUs ≈ load)
-# choose the nodes; the others are SimOptions fields.
+# choose the nodes; the others are options SimOptions.replace takes.
 OPTION_PARSERS: dict[str, Callable[[str], object]] = {
     "thresholds": _floats,
     "promote_knob": float,
@@ -115,7 +114,7 @@ def resolve(
                 fields[name] = OPTION_PARSERS[name](raw)
         except ValueError as e:
             raise SweepError(f"--sweep {name} {raw}: {e}") from None
-    return list(nodes), dataclasses.replace(base, **fields)  # type: ignore[arg-type]
+    return list(nodes), base.replace(**fields)
 
 
 def _sized(specs: Sequence[JobSpec], nodes: Sequence[Node], load: float) -> list[Node]:

@@ -30,7 +30,7 @@ def _two_users() -> list[JobSpec]:
 
 
 def _avg_jct(policy: str, **options: object) -> float:
-    result = run(_two_users(), cluster_from_shape("1x1"), policy, SimOptions(**options))  # type: ignore[arg-type]
+    result = run(_two_users(), cluster_from_shape("1x1"), policy, SimOptions.of(**options))
     return statistics.fmean(j.jct for j in result.jobs)
 
 

@@ -65,7 +65,7 @@ def test_live_and_simulated_options_give_the_same_settings() -> None:
         "gittins_learn": False,
     }
     live = Settings(policy="tiresias-g", queue_thresholds=thresholds, **knobs)
-    simulated = core_settings("tiresias-g", SimOptions(thresholds=thresholds, **knobs))
+    simulated = core_settings("tiresias-g", SimOptions.of(thresholds=thresholds, **knobs))
     assert live == simulated
     assert simulated != core_settings("tiresias-g", SimOptions())
     shared = {f.name for f in dataclasses.fields(Settings)} - {
@@ -82,7 +82,7 @@ def test_coordinator_flags_reach_the_core_settings() -> None:
     flags += " --learn-thresholds --gittins-variant authors --gittins-fixed --policy tiresias-g"
     flags += " --service-groups user,batch"
     ctx = cli.command.make_context("tiresias-coordinator", flags.split())
-    simulated = SimOptions(
+    simulated = SimOptions.of(
         min_run=30.0,
         min_run_restores=2.0,
         cheap_victims=True,

@@ -236,7 +236,7 @@ def run_ours(case: Case, variant: str) -> dict[str, float]:
         with resolve_trace(str(options["gittins_samples"])).open() as f:
             options = options | {"gittins_samples": tuple(ServiceDistribution.parse(f).samples)}
     nodes = cluster_from_shape(f"{case.nodes}x{GPUS_PER_NODE}")
-    result = run(list(case.specs), nodes, policy, SimOptions(**options))  # type: ignore[arg-type]
+    result = run(list(case.specs), nodes, policy, SimOptions.of(**options))
     m = job_metrics(result.jobs)
     return {k: m[k] for k in ("avg_jct", "median_jct", "p95_jct", "preemptions")} | {
         "jobs": len(result.jobs)

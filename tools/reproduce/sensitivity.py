@@ -54,7 +54,7 @@ def main() -> int:
         work = args.work / name
         per_policy = []
         for policy in POLICIES:
-            base = SimOptions(interval=600.0 if policy == "tiresias-g" else None)
+            base = SimOptions.of(interval=600.0 if policy == "tiresias-g" else None)
             rows, wall, ran = run_sweep(
                 specs,
                 nodes,

@@ -71,7 +71,7 @@ def _timed(
 ) -> tuple[SimResult | None, float]:
     t0 = time.perf_counter()
     las_tick = policy == "las" and args.las_interval > 0
-    options = SimOptions(interval=args.las_interval if las_tick else None)
+    options = SimOptions.of(interval=args.las_interval if las_tick else None)
     result = run_with_budget(specs, nodes, policy, options, args.budget)
     return result, time.perf_counter() - t0
 
