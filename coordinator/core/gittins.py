@@ -200,9 +200,12 @@ class ServiceGroups:
         self._batch_of: dict[str, float] = {}  # active job → arrival of its batch's first job
         self._last: dict[tuple[object, ...], float] = {}  # group less batch → its last batch
         self._memo: dict[tuple[object, ...], float] = {}  # (group, version, service) → index
+        self._levels: dict[str, list[tuple[object, ...]]] = {}  # active job → its groups
 
     def levels(self, job: Job) -> list[tuple[object, ...]]:
         """``job``'s groups, finest first (the last, ``()``, is everyone)."""
+        if (known := self._levels.get(job.job_id)) is not None:
+            return known
         s = job.spec
         values: list[object] = []
         for f in self.features:
@@ -216,7 +219,8 @@ class ServiceGroups:
         if "batch" in self.features and len(self.features) > 1:
             i = self.features.index("batch")
             out.append(tuple(v for j, v in enumerate(values) if j != i))
-        return [*out, ()]
+        self._levels[job.job_id] = levels = [*out, ()]
+        return levels
 
     def _batch(self, job: Job) -> float:
         """The job's batch, assigned when it is first seen (jobs arrive in order)."""
@@ -262,6 +266,7 @@ class ServiceGroups:
         """A job left the system: its batch is no longer needed (the batch itself lives on
         in ``_last`` while jobs keep joining it)."""
         self._batch_of.pop(job_id, None)
+        self._levels.pop(job_id, None)
 
     def export_state(self) -> dict[str, object]:
         return {

@@ -117,14 +117,20 @@ class Queued(Timed):
                 self._by_group.setdefault(level, set()).add(job_id)
 
     def _rerank(self, now: float) -> None:
-        """Re-file the waiting jobs whose ranking distribution changed since they were filed."""
+        """Re-file the waiting jobs whose ranking distribution changed since they were filed
+        (only the note when their key stays the same)."""
         assert self._groups is not None
         stale: set[str] = set()
         for level in self._grown:
             for job_id in self._by_group.get(level, ()):
-                _, chosen, version = self._ranked[job_id]
-                c, d = self._groups.distribution(self._members[job_id])
-                if (c, d.version) != (chosen, version):
+                levels, chosen, version = self._ranked[job_id]
+                job = self._members[job_id]
+                c, d = self._groups.distribution(job)
+                if (c, d.version) == (chosen, version):
+                    continue
+                if c == chosen and self.key(job, now) == self._filed[job_id]:
+                    self._ranked[job_id] = (levels, c, d.version)
+                else:
                     stale.add(job_id)
         self._grown.clear()
         for job_id in sorted(stale):
