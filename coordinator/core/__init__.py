@@ -13,7 +13,10 @@ Decisions taken here (each also documented where it is implemented):
 - Inside a 2D-LAS queue (``queue_order``): running jobs ahead of waiting ones, each FIFO by
   first start, never-started jobs last by arrival ("running-first", the default: a running
   job is preempted only for a job of a higher queue), or FIFO by first start alone
-  ("first-start"); a newcomer never preempts a job of its own queue.
+  ("first-start"); a newcomer never preempts a job of its own queue. With
+  ``service_groups`` (off by default), waiting jobs of a queue rank by the Gittins index of
+  their group's learned service (Δ = the service left before their next demotion), FIFO on
+  ties; groups learn from completed jobs only (``coordinator.core.gittins.ServiceGroups``).
 - Starvation: δ_J counts from the moment a job stopped (preempted) or was submitted; at
   δ_J ≥ PROMOTEKNOB × t_J it goes to queue 0 with t_J = 0 and δ_J restarted.
 - Gittins: index exactly as written, Δ = the job's queue threshold; the authors' variant is

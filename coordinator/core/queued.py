@@ -239,7 +239,9 @@ class TiresiasG(Queued):
     for the next (the index is not monotone, so there is no cheap exact crossing time). With
     ``SchedulerConfig.interval``, a running job's index is that of its service at the last
     tick, as for ``Las``: the interval bounds that delay, and jobs of close indices take turns
-    at most once per tick instead of at every arrival or completion anywhere."""
+    at most once per tick instead of at every arrival or completion anywhere. With
+    ``SchedulerConfig.service_groups`` the index is that of the job's group's distribution
+    (``ServiceGroups``), and the last queue's waiting jobs are ranked as in 2D-LAS's."""
 
     name = "tiresias-g"
 
