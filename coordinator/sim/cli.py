@@ -18,16 +18,14 @@ from coordinator.argtypes import (
     FRACTION,
     POSITIVE_COUNT,
     POSITIVE_SECONDS,
-    SECONDS,
     Checked,
-    comma_floats,
 )
 from coordinator.clikit import ARGV, Command, argument, json_option, option, usage_error, words
 from coordinator.clikit import run as run_cli
-from coordinator.core import GITTINS_VARIANTS, POLICY_NAMES, ServiceDistribution
+from coordinator.core import POLICY_NAMES, ServiceDistribution
 from coordinator.core.model import CoreError
 from coordinator.core.settings import build_scheduler
-from coordinator.scheduling_flags import MEASURED, scheduling_options
+from coordinator.scheduling_flags import MEASURED, scheduling_options, scheduling_settings
 from coordinator.sim.cluster import cluster_from_file, cluster_from_shape
 from coordinator.sim.engine import SimOptions, core_settings
 from coordinator.sim.report import Bins, format_report, json_summary, write_outputs
@@ -150,25 +148,7 @@ DESCRIPTION = (
     section=SCHEDULING,
     help="number of priority queues",
 )
-@option(
-    "--thresholds",
-    type=Checked(lambda text: tuple(comma_floats(text)), "T1,…"),
-    section=SCHEDULING,
-    help="queue thresholds, GPU-seconds",
-)
-@option(
-    "--promote-knob", type=float, metavar="X", section=SCHEDULING, help="PROMOTEKNOB (inf: never)"
-)
-@scheduling_options(*MEASURED, section=SCHEDULING)
-@option(
-    "--interval",
-    type=SECONDS,
-    metavar="S",
-    section=SCHEDULING,
-    help="also re-evaluate priorities every S seconds (default: only at events and the "
-    "policy's own wakeups); las and tiresias-g then rank running jobs by their service at "
-    "the last tick (las: instead of waking at exact crossings)",
-)
+@scheduling_options("queue_thresholds", "promote_knob", *MEASURED, "interval", section=SCHEDULING)
 @option(
     "--gittins-samples",
     type=PATH,
@@ -177,13 +157,7 @@ DESCRIPTION = (
     help="initial service distribution of tiresias-g and of learned thresholds: CSV with "
     "header 'duration', GPU-s (or a shipped sample's name, e.g. yarn-gput1000)",
 )
-@option(
-    "--gittins-variant",
-    type=click.Choice(GITTINS_VARIANTS),
-    metavar="|".join(GITTINS_VARIANTS),
-    section=SCHEDULING,
-    help="Gittins index as the paper writes it (default) or as the authors' simulator",
-)
+@scheduling_options("gittins_variant", section=SCHEDULING)
 @option(
     "--gittins-fixed",
     is_flag=True,
@@ -267,22 +241,10 @@ def command(**a: Any) -> int:
             if args.cluster_file
             else cluster_from_shape(args.cluster)
         )
-        options = SimOptions.of(
+        samples = _samples(args.gittins_samples) if args.gittins_samples else None
+        options = SimOptions(
+            scheduling_settings({**a, "gittins_samples": samples}),
             queues=args.queues,
-            thresholds=args.thresholds,
-            promote_knob=args.promote_knob,
-            queue_order=args.queue_order,
-            min_run=args.min_run,
-            min_run_restores=args.min_run_restores,
-            cheap_victims=args.cheap_victims,
-            learn_thresholds=args.learn_thresholds,
-            service_groups=args.service_groups,
-            interval=args.interval,
-            gittins_samples=_samples(args.gittins_samples) if args.gittins_samples else None,
-            gittins_variant=args.gittins_variant,
-            gittins_learn=not args.gittins_fixed,
-            placement=args.placement,
-            packlimit=args.packlimit,
             preempt_cost=args.preempt_cost,
             packing_slowdown=args.packing_slowdown,
         )
