@@ -39,53 +39,45 @@ class Checked(click.ParamType):
             self.fail(str(e), param, ctx)
 
 
-def _number(text: str, kind: Callable[[str], float]) -> float:
+def _number(
+    text: str, kind: Callable[[str], float], ok: Callable[[float], bool], expected: str
+) -> float:
+    """``text`` as a finite ``kind`` for which ``ok`` holds; else a ValueError that says
+    what was ``expected``."""
     try:
         value = kind(text)
     except (ValueError, OverflowError):
         raise ValueError(f"expected a number, got {text!r}") from None
     if not math.isfinite(value):
         raise ValueError(f"expected a finite number, got {text!r}")
+    if not ok(value):
+        raise ValueError(f"expected {expected}, got {text!r}")
     return value
 
 
 def seconds(text: str) -> float:
     """A duration: finite, >= 0."""
-    value = _number(text, float)
-    if value < 0:
-        raise ValueError(f"expected seconds >= 0, got {text!r}")
-    return value
+    return _number(text, float, lambda v: v >= 0, "seconds >= 0")
 
 
 def positive_seconds(text: str) -> float:
     """A period: finite, > 0."""
-    value = _number(text, float)
-    if value <= 0:
-        raise ValueError(f"expected seconds > 0, got {text!r}")
-    return value
+    return _number(text, float, lambda v: v > 0, "seconds > 0")
 
 
 def fraction(text: str) -> float:
     """A share such as a skew or PACKLIMIT: in [0, 1]."""
-    value = _number(text, float)
-    if not 0.0 <= value <= 1.0:
-        raise ValueError(f"expected a number in [0, 1], got {text!r}")
-    return value
+    return _number(text, float, lambda v: 0.0 <= v <= 1.0, "a number in [0, 1]")
 
 
 def factor(text: str) -> float:
     """A multiple of something: finite, >= 0."""
-    value = _number(text, float)
-    if value < 0:
-        raise ValueError(f"expected a finite number >= 0, got {text!r}")
-    return value
+    return _number(text, float, lambda v: v >= 0, "a finite number >= 0")
 
 
 def count(text: str) -> int:
     """A whole number >= 0 (and at most ``MAX_COUNT``)."""
-    value = _number(text, int)
-    if not 0 <= value <= MAX_COUNT:
-        raise ValueError(f"expected a whole number 0 to {MAX_COUNT}, got {text!r}")
+    value = _number(text, int, lambda v: 0 <= v <= MAX_COUNT, f"a whole number 0 to {MAX_COUNT}")
     return int(value)
 
 
