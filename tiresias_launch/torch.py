@@ -104,19 +104,34 @@ def torch_reduce_sum() -> ReduceSum:
     return reduce_sum
 
 
+def horovod_reduce_sum() -> ReduceSum:
+    """A sum over the gang's ranks through Horovod's PyTorch binding (``--horovod`` jobs)."""
+    import horovod.torch as hvd
+
+    def reduce_sum(values: Sequence[float]) -> Sequence[float]:
+        t = torch.tensor(list(values), dtype=torch.float64)
+        return hvd.allreduce(t, op=hvd.Sum, name="tiresias_agree").tolist()
+
+    return reduce_sum
+
+
 def join_gang(rt: Runtime) -> None:
     """Claim the preemption signals and, in a multi-process gang, make the stop decision and
-    the last barrier collectives on torch.distributed's default group (idempotent)."""
+    the last barrier collectives: through Horovod in ``--horovod`` jobs, else on
+    torch.distributed's default group (idempotent)."""
     rt.install_signal_handlers()
     if not rt.env.multi_process or rt.agreement is not None:
         return
-    if not (dist.is_available() and dist.is_initialized()):
+    if rt.env.mode == "horovod":
+        reduce_sum = horovod_reduce_sum()
+    elif dist.is_available() and dist.is_initialized():
+        reduce_sum = torch_reduce_sum()
+    else:
         raise RuntimeError(
             "tiresias.State in a multi-process job: call "
             "torch.distributed.init_process_group() before creating it"
         )
-    reduce_sum = torch_reduce_sum()
-    rt.agreement = Agreement(reduce_sum, dist.get_world_size())
+    rt.agreement = Agreement(reduce_sum, rt.env.num_workers)
     rt.barrier = lambda: reduce_sum([0.0])
 
 

@@ -127,3 +127,17 @@ def test_fsdp_state_resumes_from_its_shards_bit_identically(tmp_path: Path) -> N
     assert {"__0_0.distcp", "__1_0.distcp", ".metadata"} <= files, files
     assert {"state-rank0.pt", "state-rank1.pt"} <= files
     assert_same_run(plain_dir, preempted_dir, RANKS)
+
+
+@pytest.mark.horovod
+def test_horovod_torch_state_resumes_bit_identically(tmp_path: Path) -> None:
+    """Horovod's PyTorch binding on 2 Gloo ranks (``--horovod``): the ranks agree on the stop
+    step through ``hvd.allreduce``; the resumed run equals an uninterrupted one."""
+    hvd = pytest.importorskip("horovod.torch", reason="needs Horovod")
+    if not hasattr(hvd, "init"):  # the module imports, with a warning, when built without it
+        pytest.skip("needs Horovod built with PyTorch (HOROVOD_WITH_PYTORCH=1)")
+    argv = (str(SCRIPTS / "horovod_torch.py"), str(STEPS), "log-{rank}", "weights.pt")
+    hold = random.Random("horovod_torch").randrange(1, STEPS)
+    request = GangRequest(argv, workers=RANKS, horovod=True)
+    plain_dir, preempted_dir = preempt_and_resume(tmp_path, request, hold)
+    assert_same_run(plain_dir, preempted_dir, RANKS)
