@@ -199,7 +199,7 @@ def run_job(client: Client, request: GangRequest, name: str | None) -> int:
 @option(
     "--grace",
     type=SECONDS,
-    default=30.0,
+    default=Options.grace,
     help="embedded mode: seconds a preempted job gets to checkpoint",
 )
 @option(
