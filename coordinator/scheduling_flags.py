@@ -172,8 +172,9 @@ def _flags(mode: str) -> dict[str, tuple[tuple[str, ...], dict[str, Any]]]:
             ("--gittins-fixed", _FIXED),
             dict(
                 is_flag=True,
-                help=f"{mode}tiresias-g: keep the distribution as seeded by --gittins-history, "
-                "not learning from completed jobs (default: it learns)",
+                help=f"{mode}tiresias-g: keep the distribution as seeded by --gittins-history "
+                "(in the simulator: --gittins-samples), not learning from completed jobs "
+                "(default: it learns)",
             ),
         ),
     }

@@ -157,13 +157,7 @@ DESCRIPTION = (
     help="initial service distribution of tiresias-g and of learned thresholds: CSV with "
     "header 'duration', GPU-s (or a shipped sample's name, e.g. yarn-gput1000)",
 )
-@scheduling_options("gittins_variant", section=SCHEDULING)
-@option(
-    "--gittins-fixed",
-    is_flag=True,
-    section=SCHEDULING,
-    help="keep tiresias-g's distribution as seeded (do not learn from completed jobs)",
-)
+@scheduling_options("gittins_variant", "gittins_learn", section=SCHEDULING)
 @option(
     "--placement",
     metavar="NAME",
