@@ -137,6 +137,9 @@ class _Preemption:
     # -- hooks ----------------------------------------------------------------------------
     def on_train_start(self, trainer: Any, pl_module: Any) -> None:
         join_gang(self.rt)  # also takes the signals back from Lightning's handler
+        # a signal Lightning's handler saw while fit started is in the runtime's flag too
+        # (that handler calls the one it found); Lightning would end fit on it
+        trainer._signal_connector.received_sigterm = False
         self.rt.save_at_exit = self.save
 
     def on_train_batch_start(self, trainer: Any, pl_module: Any, batch: Any, idx: int) -> None:
