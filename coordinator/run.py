@@ -23,17 +23,7 @@ from typing import Any
 import click
 import zmq
 
-from coordinator.argtypes import COUNT, POSITIVE_COUNT, SECONDS
 from coordinator.cli.jobs import SCRIPT_HELP, SUBMIT_RETRIES, follow_logs, log_writer, script_argv
-from coordinator.clikit import (
-    PASSTHROUGH_SETTINGS,
-    Command,
-    argument,
-    option,
-    passthrough,
-    quiet_broken_pipe,
-    run,
-)
 from coordinator.core.model import CoreError, JobState
 from coordinator.gang import GangRequest
 from coordinator.scheduling_flags import MEASURED, scheduling_options, scheduling_settings
@@ -42,6 +32,16 @@ from coordinator.service.client import Client, RequestError, client_keys
 from coordinator.service.coordinator import Coordinator, Options
 from coordinator.service.gpus import MAX_VIRTUAL_GPUS, discover_gpus, nvml_gpus
 from coordinator.service.views import run_events
+from tiresias_cli.kit import (
+    PASSTHROUGH_SETTINGS,
+    Command,
+    argument,
+    option,
+    passthrough,
+    quiet_broken_pipe,
+    run,
+)
+from tiresias_cli.values import COUNT, POSITIVE_COUNT, SECONDS
 
 DESCRIPTION = __doc__.replace("``", "")
 

@@ -10,13 +10,13 @@ from typing import Any
 
 import click
 
-from coordinator.argtypes import FACTOR, FEATURES, FLOATS, FRACTION, SECONDS
-from coordinator.clikit import option
 from coordinator.core.config import QUEUE_ORDERS, thresholds_text
-from coordinator.core.gittins import GITTINS_VARIANTS, SERVICE_FEATURES
+from coordinator.core.gittins import GITTINS_VARIANTS, SERVICE_FEATURES, service_features
 from coordinator.core.placement import DEFAULT_PACKLIMIT, PLACEMENT_NAMES
 from coordinator.core.policies import POLICY_NAMES
 from coordinator.core.settings import Settings
+from tiresias_cli.kit import option
+from tiresias_cli.values import FACTOR, FLOATS, FRACTION, SECONDS, Checked
 
 #: The options the simulator measured (docs/simulator.md), the same in all three programs.
 MEASURED = (
@@ -149,7 +149,7 @@ def _flags(mode: str) -> dict[str, tuple[tuple[str, ...], dict[str, Any]]]:
         "service_groups": (
             ("--service-groups",),
             dict(
-                type=FEATURES,
+                type=Checked(service_features, "F,…"),
                 default=Settings.service_groups,
                 show_default="none: FIFO",
                 help=f"{mode}tiresias-l/-g: rank a queue's waiting jobs by the Gittins index of "

@@ -17,18 +17,6 @@ from typing import Any
 
 import click
 
-from coordinator.argtypes import Checked
-from coordinator.clikit import (
-    PASSTHROUGH_SETTINGS,
-    Group,
-    argument,
-    json_option,
-    option,
-    passthrough,
-    run,
-    usage_error,
-    words,
-)
 from ibverbs_tap import library_path
 from ibverbs_tap.profile import (
     DIR_ENV,
@@ -55,6 +43,18 @@ from ibverbs_tap.roles import (
     socket_owners,
 )
 from ibverbs_tap.skew import bytes_per_ps, skew
+from tiresias_cli.kit import (
+    PASSTHROUGH_SETTINGS,
+    Group,
+    argument,
+    json_option,
+    option,
+    passthrough,
+    run,
+    usage_error,
+    words,
+)
+from tiresias_cli.values import Checked
 
 DUMP_VERSION = 1
 #: How often ``run`` looks for new traced processes to note their roles (a process that

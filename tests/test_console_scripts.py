@@ -125,7 +125,7 @@ def test_script_arguments_pass_through(
     """``tiresias-run`` and ``tiresias submit`` take their own options up to the script and
     hand every word after it to the script, options included; a ``--`` ends their options
     (once: a second one is the script's)."""
-    from coordinator.clikit import passthrough
+    from tiresias_cli.kit import passthrough
 
     ref = _reference()
     [(_, tiresias, parent), *_] = ref.commands("tiresias")

@@ -12,7 +12,7 @@ import click
 
 from coordinator.cli.jobs import COMMANDS
 from coordinator.cli.keys import keys
-from coordinator.clikit import Group, run
+from tiresias_cli.kit import Group, run
 
 
 @click.group("tiresias", cls=Group, help="\b\n" + __doc__.replace("``", ""))

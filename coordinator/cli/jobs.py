@@ -18,17 +18,7 @@ from typing import Any
 
 import click
 
-from coordinator.argtypes import COUNT, POSITIVE_COUNT, POSITIVE_SECONDS, Checked
 from coordinator.cli.tables import NODE_COLUMNS, format_job, jobs_text, table
-from coordinator.clikit import (
-    PASSTHROUGH_SETTINGS,
-    Command,
-    argument,
-    emit,
-    json_option,
-    option,
-)
-from coordinator.clikit import passthrough as passthrough_args
 from coordinator.core.model import JobState
 from coordinator.gang import GangRequest
 from coordinator.service import keys as curve
@@ -39,6 +29,16 @@ from coordinator.service.client import (
     RequestError,
     client_keys,
 )
+from tiresias_cli.kit import (
+    PASSTHROUGH_SETTINGS,
+    Command,
+    argument,
+    emit,
+    json_option,
+    option,
+)
+from tiresias_cli.kit import passthrough as passthrough_args
+from tiresias_cli.values import COUNT, POSITIVE_COUNT, POSITIVE_SECONDS, Checked
 
 #: ``submit``'s and ``tiresias-run``'s script argument.
 SCRIPT_HELP = (

@@ -9,8 +9,8 @@ from typing import Any
 
 import click
 
-from coordinator.clikit import Group, argument, emit, json_option, option
 from coordinator.service import keys as curve
+from tiresias_cli.kit import Group, argument, emit, json_option, option
 
 
 @click.group("keys", cls=Group, help="CURVE keys for tcp:// (docs/security.md)")

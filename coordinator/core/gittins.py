@@ -159,6 +159,22 @@ class ServiceDistribution:
 #: What a job's group may be made of (``ServiceGroups``): its owner, virtual cluster, GPU
 #: count, model (the trace's job name), and its submission batch.
 SERVICE_FEATURES: tuple[str, ...] = ("user", "vc", "gpus", "model", "batch")
+
+
+def service_features(text: str) -> tuple[str, ...]:
+    """Comma-separated job features that group similar jobs ("none": no groups)."""
+    if text.strip().lower() == "none":
+        return ()
+    names = tuple(n.strip() for n in text.split(","))
+    bad = [n for n in names if n not in SERVICE_FEATURES]
+    if bad or len(set(names)) < len(names):
+        raise ValueError(
+            f"expected distinct features among {', '.join(SERVICE_FEATURES)} (or none), "
+            f"got {text!r}"
+        )
+    return names
+
+
 #: A group's own distribution ranks its jobs once it has this many completed jobs; fewer
 #: fall back to the next coarser group, then to every completed job.
 GROUP_MIN_SAMPLES = 3

@@ -13,12 +13,12 @@ from pathlib import Path
 
 import click
 
-from coordinator.argtypes import POSITIVE_SECONDS
-from coordinator.clikit import Command, option, run, usage_error
 from coordinator.service.agent import Agent
 from coordinator.service.client import ADDRESS_ENV, DEFAULT_ADDRESS, client_keys
 from coordinator.service.gpus import discover_gpus
 from coordinator.service.keys import KEYS_ENV
+from tiresias_cli.kit import Command, option, run, usage_error
+from tiresias_cli.values import POSITIVE_SECONDS
 
 DESCRIPTION = (
     "Node agent: one per machine. Discovers GPUs, registers with the coordinator, spawns the "

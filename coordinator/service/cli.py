@@ -16,18 +16,18 @@ from typing import Any
 import click
 import zmq
 
-from coordinator.argtypes import (
-    PORT,
-    POSITIVE_COUNT,
-    POSITIVE_SECONDS,
-    SECONDS,
-)
-from coordinator.clikit import Command, option, run
 from coordinator.core.model import CoreError
 from coordinator.scheduling_flags import MEASURED, scheduling_options, scheduling_settings
 from coordinator.service.coordinator import Coordinator, Options
 from coordinator.service.options import MAX_JOB_SIZE
 from coordinator.service.ports import PORT_RANGE
+from tiresias_cli.kit import Command, option, run
+from tiresias_cli.values import (
+    PORT,
+    POSITIVE_COUNT,
+    POSITIVE_SECONDS,
+    SECONDS,
+)
 
 DESCRIPTION = (
     "The coordinator service: a single-threaded ZeroMQ event loop around the scheduler core."

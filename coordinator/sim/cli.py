@@ -14,14 +14,6 @@ from typing import Any
 import click
 from click.core import ParameterSource
 
-from coordinator.argtypes import (
-    FRACTION,
-    POSITIVE_COUNT,
-    POSITIVE_SECONDS,
-    Checked,
-)
-from coordinator.clikit import ARGV, Command, argument, json_option, option, usage_error, words
-from coordinator.clikit import run as run_cli
 from coordinator.core import POLICY_NAMES, ServiceDistribution
 from coordinator.core.model import CoreError
 from coordinator.core.settings import build_scheduler
@@ -32,6 +24,14 @@ from coordinator.sim.report import Bins, format_report, json_summary, write_outp
 from coordinator.sim.session import report_refused, run_one, sweep
 from coordinator.sim.sweep import SWEEP_NAMES, SweepError
 from coordinator.sim.traces import FORMATS, TraceError, load_trace, parse_when, resolve_trace
+from tiresias_cli.kit import ARGV, Command, argument, json_option, option, usage_error, words
+from tiresias_cli.kit import run as run_cli
+from tiresias_cli.values import (
+    FRACTION,
+    POSITIVE_COUNT,
+    POSITIVE_SECONDS,
+    Checked,
+)
 
 EXAMPLES = """\
 \b

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from coordinator.argtypes import service_features
+from coordinator.core.gittins import service_features
 from coordinator.core.model import JobSpec, Node
 from coordinator.core.settings import build_scheduler
 from coordinator.sim.engine import SimOptions, core_settings, run

@@ -1,6 +1,7 @@
 """Value types shared by every command line (``tiresias``, ``tiresias-run``,
-``tiresias-coordinator``, ``tiresias-agent``, ``tiresias-sim``): a value out of range is a
-usage error naming the option, exit code 2, never a traceback or a silent acceptance.
+``tiresias-coordinator``, ``tiresias-agent``, ``tiresias-sim``, ``ibverbs-tap``): a value out
+of range is a usage error naming the option, exit code 2, never a traceback or a silent
+acceptance.
 
 Each parser is a plain function that raises ``ValueError`` with the message a user reads;
 :class:`Checked` makes it a click type."""
@@ -12,8 +13,6 @@ from collections.abc import Callable
 from typing import Any
 
 import click
-
-from coordinator.core.gittins import SERVICE_FEATURES
 
 #: Largest count any option takes: far above any cluster, and within every wire format.
 MAX_COUNT = 2**31 - 1
@@ -105,20 +104,6 @@ def comma_floats(text: str) -> list[float]:
         raise ValueError(f"expected comma-separated numbers, got {text!r}") from None
 
 
-def service_features(text: str) -> tuple[str, ...]:
-    """Comma-separated job features that group similar jobs ("none": no groups)."""
-    if text.strip().lower() == "none":
-        return ()
-    names = tuple(n.strip() for n in text.split(","))
-    bad = [n for n in names if n not in SERVICE_FEATURES]
-    if bad or len(set(names)) < len(names):
-        raise ValueError(
-            f"expected distinct features among {', '.join(SERVICE_FEATURES)} (or none), "
-            f"got {text!r}"
-        )
-    return names
-
-
 SECONDS = Checked(seconds, "SECONDS")
 POSITIVE_SECONDS = Checked(positive_seconds, "SECONDS")
 FRACTION = Checked(fraction, "X")
@@ -127,4 +112,3 @@ COUNT = Checked(count, "N")
 POSITIVE_COUNT = Checked(positive_count, "N")
 PORT = Checked(port, "PORT")
 FLOATS = Checked(comma_floats, "X,…")
-FEATURES = Checked(service_features, "F,…")
