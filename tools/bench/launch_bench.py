@@ -3,10 +3,10 @@
 1. Per-step overhead of ``State.steps`` (stop check, timing, report counters) on a small
    Keras or PyTorch model (``--framework``), with reporting on (a local ROUTER plays the
    coordinator): absolute µs/step and share of the model's step time; for ``lightning``, of
-   the callback the patched ``Trainer.fit`` adds, per training batch (only this is measured
-   for ``lightning``).
+   the callback the patched ``Trainer.fit`` adds, per training batch.
 2. Preemption latency: SIGTERM to every process of a job planned by ``gang.plan`` (single,
-   ``--workers N`` MultiWorkerMirrored or DDP, ``--horovod``) → every process exited with 75,
+   ``--workers N`` MultiWorkerMirrored or DDP, ``--horovod``; an unmodified Lightning
+   ``Trainer.fit`` for ``lightning``) → every process exited with 75,
    against writing the same checkpoint bytes with a plain ``write`` + ``fsync``.
 3. PyTorch only: State's checkpoint and restore against a plain ``torch.save`` (+ fsync) and
    ``torch.load`` of the same state dicts.
@@ -225,7 +225,10 @@ def preemption(
         work = Path(tmp)
         for run in range(runs):
             job, progress = f"bench{run}", work / f"progress-{run}"
-            script = "launch_bench_torch_job.py" if framework == "torch" else "launch_bench_job.py"
+            script = {
+                "torch": "launch_bench_torch_job.py",
+                "lightning": "launch_bench_lightning_job.py",
+            }.get(framework, "launch_bench_job.py")
             argv = (str(HERE / script), str(width), str(progress))
             request = GangRequest(argv, workers=workers, horovod=horovod)
             placement = {"localhost": list(range(workers))}
@@ -346,10 +349,9 @@ def main() -> None:
     result: dict[str, object] = {}
     if not args.skip_overhead:
         result["overhead"] = overhead(args.steps, args.framework)
-    if args.framework != "lightning":
-        result["preemption"] = preemption(
-            args.width, args.runs, args.workers, args.horovod, args.framework
-        )
+    result["preemption"] = preemption(
+        args.width, args.runs, args.workers, args.horovod, args.framework
+    )
     if args.framework == "torch":
         result["checkpoint"] = torch_checkpoint(args.width, args.runs)
     reports = 0
