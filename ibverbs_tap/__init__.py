@@ -17,10 +17,8 @@ from ibverbs_tap.profile import (
     ProcessGoneError,
     ProcessProfile,
     TapError,
-    read_file,
-    read_process,
-    read_tree,
 )
+from ibverbs_tap.reading import read_file, read_process, read_tree
 from ibverbs_tap.skew import (
     assign_tensors,
     bytes_per_ps,

@@ -18,17 +18,8 @@ from typing import Any
 import click
 
 from ibverbs_tap import library_path
-from ibverbs_tap.profile import (
-    DIR_ENV,
-    ProcessGoneError,
-    ProcessProfile,
-    TapError,
-    environ_of,
-    read_directory,
-    read_group,
-    read_process,
-    read_tree,
-)
+from ibverbs_tap.profile import DIR_ENV, ProcessGoneError, ProcessProfile, TapError
+from ibverbs_tap.reading import environ_of, read_directory, read_group, read_process, read_tree
 from ibverbs_tap.report import describe, profile_report, size
 from ibverbs_tap.roles import (
     Cluster,

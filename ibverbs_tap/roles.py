@@ -21,7 +21,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from ibverbs_tap.profile import FILE_PREFIX, ProcessProfile, environ_of
+from ibverbs_tap.profile import FILE_PREFIX, ProcessProfile
+from ibverbs_tap.reading import environ_of
 from tiresias_launch import contract as C
 
 Cluster = Mapping[str, Mapping[int, str]]  # task type -> index -> address (``cluster_of``)

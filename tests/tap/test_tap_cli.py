@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 
 import ibverbs_tap
-from ibverbs_tap.profile import DIR_ENV, FILE_PREFIX, HEADER, environ_of
+from ibverbs_tap.profile import DIR_ENV, FILE_PREFIX, HEADER
+from ibverbs_tap.reading import environ_of
 from ibverbs_tap.roles import NOTES
 
 from .helpers import (

@@ -15,7 +15,8 @@ from hypothesis import strategies as st
 import ibverbs_tap
 from coordinator.service import profiler
 from ibverbs_tap import Peer, ProcessProfile, roles
-from ibverbs_tap.profile import MAX_FILE_BYTES, Histogram, TapError, merge_peers, read_process
+from ibverbs_tap.profile import Histogram, TapError, merge_peers
+from ibverbs_tap.reading import MAX_FILE_BYTES, read_process
 from ibverbs_tap.skew import assign_tensors
 
 
