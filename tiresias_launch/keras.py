@@ -21,7 +21,6 @@ import functools
 import importlib
 import inspect
 import logging
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import ModuleType
@@ -29,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from tiresias_launch.checkpoint import Checkpoint, CheckpointError
 from tiresias_launch.imports import patch_on_import
+from tiresias_launch.keras_callbacks import history_record, make_callback_list
 from tiresias_launch.keras_flavours import TARGETS, Flavour
 from tiresias_launch.runtime import Runtime, get_runtime
 
@@ -39,19 +39,6 @@ log = logging.getLogger(__name__)
 
 
 _PATCHED = "__tiresias_patched__"
-
-#: Stock callbacks whose state must survive a preemption: class name → attributes.
-CALLBACK_STATE = {
-    "History": ("epoch", "history"),
-    "EarlyStopping": ("wait", "stopped_epoch", "best", "best_weights", "best_epoch"),
-    "ReduceLROnPlateau": ("wait", "cooldown_counter", "best"),
-    "ModelCheckpoint": (
-        "best",
-        "epochs_since_last_save",
-        "_batches_seen_since_last_saving",
-        "_last_batch_seen",
-    ),
-}
 
 
 def install() -> None:
@@ -207,14 +194,14 @@ class _PreemptibleFit:
             )
         self.source.replay_epochs(epoch - first_epoch)  # before the RNG states are restored
         self._prepare(resumed=bool(position))
-        self.callbacks = _make_callback_list(self.flavour)(self, epochs, position)
+        self.callbacks = make_callback_list(self.flavour)(self, epochs, position)
         if batch and self.flavour.starts_mid_epoch and self.source.stream:
             self._fit_from_batch(epoch, epochs, batch)
         else:
             self._fit_in_phases(epoch, epochs, batch)
         history = self.callbacks.history
         self.job.finished.append(
-            {"model": self.model.name, "params": history.params, **_history_record(history)}
+            {"model": self.model.name, "params": history.params, **history_record(history)}
         )
         return history
 
@@ -374,112 +361,3 @@ def _seed_states(model: Any) -> list[Any]:
     """Keras 3 ``SeedGenerator`` states (Dropout and other random layers): model variables
     that ``tf.train.Checkpoint`` of the model does not reach."""
     return [v.value for v in model.variables if v.name == "seed_generator_state"]
-
-
-def _history_record(history: Any) -> dict[str, Any]:
-    """History as JSON (it rides in the checkpoint manifest)."""
-    return {
-        "epoch": [int(e) for e in history.epoch],
-        "history": {k: [float(v) for v in vs] for k, vs in history.history.items()},
-    }
-
-
-def _callback_state(callback: Any) -> dict[str, Any] | None:
-    classes = [c.__name__ for c in type(callback).__mro__]
-    names = next((CALLBACK_STATE[c] for c in classes if c in CALLBACK_STATE), None)
-    if names is None:
-        return None
-    return {n: getattr(callback, n) for n in names if hasattr(callback, n)}
-
-
-@functools.cache
-def _make_callback_list(flavour: Flavour) -> Callable[..., Any]:
-    """One ``CallbackList`` for every ``fit`` of a call, as a subclass of this flavour's."""
-    module = importlib.import_module(flavour.callbacks)
-
-    class PreemptionCallback(module.Callback):  # type: ignore[misc, name-defined]
-        """First in the list, so no other callback sees a batch that is not run: stop
-        checks, position and step accounting."""
-
-        def __init__(self, fit: _PreemptibleFit, batches: ResumableCallbackList) -> None:
-            super().__init__()
-            self.fit = fit
-            self.batches = batches
-            self._t0 = 0.0
-
-        def on_epoch_begin(self, epoch: int, logs: Any = None) -> None:
-            self.fit.epoch_begins(epoch, self.batches.start)
-            self.batches.start = 0
-
-        def on_train_batch_begin(self, batch: int, logs: Any = None) -> None:
-            self.fit.batch_begins()
-            self._t0 = time.perf_counter()
-
-        def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
-            self.fit.batch_ends(batch, time.perf_counter() - self._t0)
-
-    class ResumableCallbackList(module.CallbackList):  # type: ignore[misc, name-defined]
-        """The user's callbacks, History, progress bar and ours, across the phases of one
-        resumed ``fit``: training begins and ends once, batches of a partly done epoch keep
-        their numbers (``offset``), and stock callbacks get their saved state back."""
-
-        def __init__(self, fit: _PreemptibleFit, epochs: int, position: dict[str, Any]) -> None:
-            user = fit.arg("callbacks") or []
-            if isinstance(user, module.CallbackList):
-                user = user.callbacks
-            self.offset = 0  # added to Keras's batch numbers (the rest of an epoch, in phases)
-            self.start = 0  # batches of the next epoch already done
-            self.last_phase = True
-            self.began = self.ended = False
-            self.resumed = bool(position)
-            self.fit = fit
-            verbose = flavour.verbosity(fit.arg("verbose"), fit.model)
-            super().__init__(
-                [PreemptionCallback(fit, self), *user],
-                add_history=True,
-                add_progbar=verbose != 0,
-                model=fit.model,
-                verbose=verbose,
-                epochs=epochs,
-                steps=fit.source.steps if fit.source else None,
-            )
-
-        @property
-        def history(self) -> Any:
-            return next(c for c in self.callbacks if isinstance(c, module.History))
-
-        def state(self) -> dict[str, Any]:
-            states = {}
-            for i, callback in enumerate(self.callbacks):
-                s = _callback_state(callback)
-                if s is not None:
-                    states[f"{i}:{type(callback).__name__}"] = s
-            return states
-
-        def on_train_begin(self, logs: Any = None) -> None:
-            if self.began:
-                return
-            self.began = True
-            if self.resumed:
-                for callback in self.callbacks:  # continue the file, do not truncate it
-                    if any(c.__name__ == "CSVLogger" for c in type(callback).__mro__):
-                        callback.append = True
-            super().on_train_begin(logs)
-            saved = self.fit.restored_callbacks if self.resumed else {}
-            for i, callback in enumerate(self.callbacks):
-                for name, value in saved.get(f"{i}:{type(callback).__name__}", {}).items():
-                    setattr(callback, name, value)
-
-        def on_train_end(self, logs: Any = None) -> None:
-            if self.ended or not (self.last_phase or self.fit.model.stop_training):
-                return
-            self.ended = True
-            super().on_train_end(logs)
-
-        def on_train_batch_begin(self, batch: int, logs: Any = None) -> None:
-            super().on_train_batch_begin(batch + self.offset, logs)
-
-        def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
-            super().on_train_batch_end(batch + self.offset, logs)
-
-    return ResumableCallbackList
