@@ -9,6 +9,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from coordinator.core.explain import queue_name
+from coordinator.service.profiler import SOURCE_WORDS
 from coordinator.service.views import checkpoint_text, exit_text, lost_text
 from coordinator.service.why import history_lines, pending_line, position_text, why_waiting
 from tiresias_launch.report import resume_line
@@ -78,6 +79,7 @@ def format_job(j: dict[str, Any]) -> str:
         f"attained   {j['attained']:.1f} GPU·s  (run {_dur(j['executed'])}, "
         f"waiting {_dur(j['waiting'])})",
         f"skew S_J   {_num(j['skew'], '{:.3f}')}"
+        + (f" {SOURCE_WORDS[j['skew_source']]}" if j.get("skew_source") in SOURCE_WORDS else "")
         + (f"  (PACKLIMIT {j['packlimit']:.3f})" if j.get("packlimit") is not None else ""),
         f"placement  {_placement(j['placement'])}",
         f"restarts   {j['restarts']}  preemptions {j['preemptions']}  promotions {j['promotions']}",

@@ -95,7 +95,7 @@ class Coordinator:
         #: Why the state database cannot be written any more (then nothing is accepted).
         self.disk_error: str | None = None
         #: Profiler stage hook: (report, number of PS) → S_J or None.
-        self.skew_estimator: Callable[[dict[str, Any], int], float | None] = profiler.SkewStage()
+        self.skew_estimator = profiler.SkewStage()
         self.dashboard: dashboard.Dashboard | None = None
         self.handlers: dict[str, Callable[[Coordinator, bytes, dict[str, Any]], Any]] = {
             **requests.CLIENT_HANDLERS,

@@ -15,7 +15,7 @@ yet" (the placement then consolidates). API (stable; see docs/profiler.md):
 
     skew_from_report(tensor_bytes, num_ps) -> float | None
     traffic_of(pids, ps_addresses) -> {address: bytes}
-    SkewStage()(report, num_ps) -> float | None     # the coordinator's skew_estimator
+    SkewStage()(report, num_ps, known) -> (S_J, source) | None   # the coordinator's stage
 """
 
 from __future__ import annotations
@@ -32,7 +32,15 @@ import ibverbs_tap.profile
 from tiresias_launch import contract
 
 #: Sources of S_J, worst first (the order in which they may override each other).
-MEASURED, TENSORS, REPORTED = 0, 1, 2
+MEASURED, TENSORS, REPORTED = "measured", "tensors", "reported"
+SOURCES = (MEASURED, TENSORS, REPORTED)
+#: A source in words, as ``tiresias status`` says where a job's S_J came from.
+SOURCE_WORDS = {
+    MEASURED: "measured by ibverbs-tap",
+    TENSORS: "from the model's tensor sizes",
+    REPORTED: "reported by the job's runtime",
+    "submitted": "given at submit",
+}
 
 
 def skew_from_report(tensor_bytes: Sequence[int] | None, num_ps: int) -> float | None:
@@ -69,7 +77,7 @@ def traffic_of(
 
 @dataclass
 class _Job:
-    source: int = -1  # the best source seen so far
+    source: int = -1  # the best source seen so far (its index in SOURCES)
     #: node → (restart, bytes per PS address) as its agent last measured them
     traffic: dict[str, tuple[int, dict[str, int]]] = field(default_factory=dict)
 
@@ -85,18 +93,24 @@ class _Job:
 
 
 class SkewStage:
-    """The live coordinator's ``skew_estimator``: ``stage(report, num_ps)`` is the job's new
-    S_J, or None when this report changes nothing. Reports from a job's runtime carry
-    ``skew`` or ``tensor_bytes``; the node agents' carry ``node`` and ``ps_bytes``."""
+    """The live coordinator's skew stage: ``stage(report, num_ps, known)`` is the job's new
+    (S_J, source), or None when this report changes nothing. Reports from a job's runtime
+    carry ``skew`` or ``tensor_bytes``; the node agents' carry ``node`` and ``ps_bytes``.
+    ``known`` is the source the job record already holds, so that after a coordinator restart
+    a worse source still cannot override a better one."""
 
     def __init__(self) -> None:
         self._jobs: dict[str, _Job] = {}
 
-    def __call__(self, msg: Mapping[str, Any], num_ps: int) -> float | None:
+    def __call__(
+        self, msg: Mapping[str, Any], num_ps: int, known: str | None = None
+    ) -> tuple[float, str] | None:
         if msg.get("skew") is None and not msg.get("tensor_bytes") and not msg.get("ps_bytes"):
             return None  # most reports: progress only
         job = self._jobs.setdefault(msg["job_id"], _Job())
-        found: list[tuple[int, float | None]] = [
+        if known in SOURCES:
+            job.source = max(job.source, SOURCES.index(known))
+        found: list[tuple[str, float | None]] = [
             (REPORTED, None if msg.get("skew") is None else float(msg["skew"])),
             (TENSORS, skew_from_report(msg.get("tensor_bytes"), num_ps)),
         ]
@@ -104,9 +118,10 @@ class SkewStage:
             restart = msg.get("restart") or 0
             found.append((MEASURED, job.measured(msg["node"], restart, msg["ps_bytes"])))
         for source, value in found:  # best first
-            if value is not None and source >= job.source:
-                job.source = source
-                return value
+            rank = SOURCES.index(source)
+            if value is not None and rank >= job.source:
+                job.source = rank
+                return value, source
         return None
 
     def forget(self, job_id: str) -> None:

@@ -118,6 +118,7 @@ class JobRecord:
     request: Request
     submitted: float  # wall clock
     skew: float | None = None
+    skew_source: str | None = None  # profiler.SOURCES or "submitted"
     run: Run | None = None
     progress: Progress = field(default_factory=Progress)
     checkpointable: bool | None = None
@@ -136,6 +137,7 @@ class JobRecord:
             request=Request.from_wire(d["request"]),
             submitted=d["submitted"],
             skew=d.get("skew"),
+            skew_source=d.get("skew_source"),
             run=Run.from_wire(d["run"]) if d.get("run") else None,
             progress=Progress.from_wire(d.get("progress") or {}),
             checkpointable=d.get("checkpointable"),

@@ -73,6 +73,7 @@ def submit(c: Server, rid: bytes, msg: dict[str, Any]) -> dict[str, Any]:
         c.next_job += 1
         c.store.set_meta("next_job", c.next_job)
         rec = JobRecord(f"{job_id}-{c.instance}", request, time.time(), skew=msg.get("skew"))
+        rec.skew_source = None if rec.skew is None else "submitted"
         c.book.add(job_id, rec)
     if request.key is not None:
         c.submit_keys[(owner, request.key)] = job_id
@@ -297,8 +298,9 @@ def report(c: Server, rid: bytes, msg: dict[str, Any]) -> None:
             c.core(costs)
             c.book.ledger.save(job_id)
         c.dirty = True
-    skew = c.skew_estimator(msg, rec.request.ps)
-    if skew is not None and skew != rec.skew:
+    found = c.skew_estimator(msg, rec.request.ps, rec.skew_source)
+    if found is not None and found != (rec.skew, rec.skew_source):
+        skew, rec.skew_source = found
         rec.skew = skew
         with c.atomic():
             c.core(events.UpdateSkew(job_id, float(skew)))

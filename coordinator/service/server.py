@@ -4,7 +4,6 @@ this and not on the server loop's module."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from contextlib import AbstractContextManager
 from typing import Any, Protocol
 
@@ -17,6 +16,7 @@ from coordinator.service.history import History
 from coordinator.service.identity import Peer
 from coordinator.service.logfetch import LogFetches
 from coordinator.service.options import Options
+from coordinator.service.profiler import SkewStage
 from coordinator.service.recovery import Clock
 from coordinator.service.runs import RunBook, When
 from coordinator.service.store import Store
@@ -45,7 +45,7 @@ class Server(Protocol):
     #: (owner, client key) → job id of submits with a key.
     submit_keys: dict[tuple[Any, str], str]
     instance: str
-    skew_estimator: Callable[[dict[str, Any], int], float | None]
+    skew_estimator: SkewStage
 
     def atomic(self) -> AbstractContextManager[None]:
         """One journal transaction; commands leave after it commits."""

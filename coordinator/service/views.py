@@ -34,6 +34,7 @@ def job_view(job: Job, rec: JobRecord, now: float, rank: int | None) -> dict[str
         "executed": job.total_executed_at(now),
         "waiting": waiting,
         "skew": job.spec.skew if rec.skew is None else rec.skew,
+        "skew_source": rec.skew_source,
         "placement": job.allocation.to_wire() if job.allocation else None,
         "restarts": job.restarts,
         "preemptions": job.preemptions,

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from coordinator import protocol
+from coordinator.cli.tables import format_job
 from coordinator.gang import free_local_port
 from coordinator.service.client import Client
 from coordinator.service.coordinator import Coordinator, Options
@@ -122,6 +123,9 @@ def test_measured_traffic_is_the_skew_of_a_job_whose_runtime_reports_no_tensor_s
         def skew() -> float | None:
             return c.request("status", job_id=job)["job"]["skew"]
 
+        def source() -> str | None:
+            return c.request("status", job_id=job)["job"]["skew_source"]
+
         def agent_measured(node: str, ps0: int, ps1: int) -> None:
             ps_bytes = {"10.0.0.1:2222": ps0, "10.0.0.2:2222": ps1}
             c.send("report", job_id=job, restart=0, node=node, ps_bytes=ps_bytes)
@@ -129,13 +133,18 @@ def test_measured_traffic_is_the_skew_of_a_job_whose_runtime_reports_no_tensor_s
         agent_measured("a", 300, 100)  # the busiest PS carried 3/4 of the bytes
         wait_until(lambda: skew() == 0.75, 5, "the measured S_J")
         assert coord.sched.job(job).spec.skew == 0.75  # placement sees it
+        assert source() == "measured"
+        detail = format_job(c.request("status", job_id=job)["job"])
+        assert "skew S_J   0.750 measured by ibverbs-tap" in detail
         agent_measured("b", 100, 100)  # the job's other node: (300+100) / 600
         wait_until(lambda: skew() == pytest.approx(2 / 3), 5, "both nodes' traffic")
         # once the runtime reports tensor sizes, they decide (round-robin: 500 vs 100)
         c.send("report", job_id=job, restart=0, step=5, tensor_bytes=[100, 100, 400])
         wait_until(lambda: skew() == pytest.approx(5 / 6), 5, "the tensor sizes' S_J")
+        assert source() == "tensors"
         agent_measured("a", 900, 100)
         c.send("report", job_id=job, restart=0, step=6)  # after the measurement, in order
         wait_until(lambda: c.request("status", job_id=job)["job"]["progress"]["step"] == 6, 5)
         assert skew() == pytest.approx(5 / 6)
         assert coord.sched.job(job).spec.skew == pytest.approx(5 / 6)
+        assert source() == "tensors"

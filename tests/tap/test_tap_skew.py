@@ -119,7 +119,11 @@ def test_measured_traffic_is_summed_over_nodes_and_never_beats_the_runtime() -> 
 
     def measured(job: str, node: str, restart: int, ps0: int, ps1: int) -> float | None:
         ps_bytes = {"h:1": ps0, "h:2": ps1}
-        return stage({"job_id": job, "node": node, "restart": restart, "ps_bytes": ps_bytes}, 2)
+        found = stage({"job_id": job, "node": node, "restart": restart, "ps_bytes": ps_bytes}, 2)
+        if found is None:
+            return None
+        assert found[1] == profiler.MEASURED
+        return found[0]
 
     # S_J of the job's traffic over all its nodes: (300 + 100) / (300 + 100 + 100 + 100)
     assert measured("j1", "a", 0, 300, 100) == pytest.approx(0.75)
@@ -127,16 +131,24 @@ def test_measured_traffic_is_summed_over_nodes_and_never_beats_the_runtime() -> 
     # a new run's measurements replace the old run's, node by node
     assert measured("j1", "b", 1, 100, 300) == pytest.approx(0.75)
     # the runtime's tensor sizes win, and measurements do not override them afterwards
-    tensors = stage({"job_id": "j1", "tensor_bytes": [100, 1, 100, 1, 5000, 1]}, 2)
-    assert tensors == pytest.approx(5200 / 5203)
+    skew, source = stage({"job_id": "j1", "tensor_bytes": [100, 1, 100, 1, 5000, 1]}, 2) or ()
+    assert (skew, source) == (pytest.approx(5200 / 5203), profiler.TENSORS)
     assert measured("j1", "a", 1, 900, 100) is None
     # the runtime's own skew wins over everything; a report with nothing new changes nothing
-    assert stage({"job_id": "j1", "skew": 0.4}, 2) == 0.4
+    assert stage({"job_id": "j1", "skew": 0.4}, 2) == (0.4, profiler.REPORTED)
     assert stage({"job_id": "j1", "tensor_bytes": [1, 2]}, 2) is None
     assert stage({"job_id": "j1", "step": 7}, 2) is None
     # other jobs are their own
     assert measured("j2", "a", 0, 0, 0) is None  # no traffic yet: unknown
     assert measured("j2", "a", 0, 100, 300) == pytest.approx(0.75)
+    # a restarted coordinator's new stage knows the source from the job record: a
+    # measurement still cannot override the tensor sizes the runtime gave before the restart
+    fresh = profiler.SkewStage()
+    report = {"job_id": "j1", "node": "a", "restart": 2, "ps_bytes": {"h:1": 9, "h:2": 1}}
+    assert fresh(report, 2, profiler.TENSORS) is None
+    # a skew given at submit is no source the stage ranks: measurements replace it
+    report["job_id"] = "j3"
+    assert fresh(report, 2, "submitted") == (pytest.approx(0.9), profiler.MEASURED)
 
 
 def test_roles_from_tf_config_and_gang_variables() -> None:
