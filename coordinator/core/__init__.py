@@ -32,7 +32,9 @@ CONTRACT (used by coordinator/service and coordinator/sim; extend, don't change)
     sched = build_scheduler(Settings(policy="tiresias-l", ...), nodes)  # core.settings
     sched.apply(event) -> list[Decision]   # one typed event (coordinator.core.events):
         Submit(spec, now)                  #   CoreError if invalid (duplicate id, too large…)
-        Exited(job_id, now, outcome)       #   all processes of the job have exited
+        Exited(job_id, now, outcome, ended=None)  # all processes of the job have exited
+                                           #   (a running one's service counts to ended)
+        Began(job_id, at, now)             #   the current run really started at ``at``
         Cancel(job_id, now)                #   [] for a waiting job, [Kill] for a running one
         NodeUp(node, now) / NodeDown(name, now)
         UpdateSkew(job_id, skew) ; UpdateCheckpointable(job_id, checkpointable, now)
@@ -77,6 +79,7 @@ from coordinator.core.config import (
     SchedulerConfig,
 )
 from coordinator.core.events import (
+    Began,
     Cancel,
     Event,
     Exited,
@@ -123,6 +126,7 @@ __all__ = [
     "POLICY_NAMES",
     "QUEUE_ORDERS",
     "Allocation",
+    "Began",
     "Cancel",
     "CoreError",
     "Decision",

@@ -36,12 +36,25 @@ class Submit:
 
 @dataclass(frozen=True)
 class Exited:
-    """All processes of a running or preempting job have exited."""
+    """All processes of a running or preempting job have exited; a running one ``ended``
+    then (e.g. Slurm's end time, before the shell saw it; None: ``now``)."""
 
     job_id: str
     now: float
     outcome: ExitOutcome
+    ended: float | None = None
     kind: ClassVar[str] = "exited"
+
+
+@dataclass(frozen=True)
+class Began:
+    """The job's current run really started at ``at``, after its Start decision (e.g. Slurm
+    started the released job on its next pass): its service counts from then."""
+
+    job_id: str
+    at: float
+    now: float
+    kind: ClassVar[str] = "began"
 
 
 @dataclass(frozen=True)
@@ -112,6 +125,7 @@ Event = (
     Schedule
     | Submit
     | Exited
+    | Began
     | Cancel
     | NodeUp
     | NodeDown
@@ -125,6 +139,7 @@ EVENT_TYPES: tuple[type[Event], ...] = (
     Schedule,
     Submit,
     Exited,
+    Began,
     Cancel,
     NodeUp,
     NodeDown,
@@ -171,7 +186,8 @@ def from_wire(kind: str, args: dict[str, Any]) -> Event:
         if cls is Submit:
             return Submit(JobSpec(**args["spec"]), args["now"])
         if cls is Exited:
-            return Exited(args["job_id"], args["now"], ExitOutcome(args["outcome"]))
+            outcome = ExitOutcome(args["outcome"])
+            return Exited(args["job_id"], args["now"], outcome, args.get("ended"))
         if cls is NodeUp:
             node = Node(args["name"], tuple(args["gpus"]), args.get("switch"))
             return NodeUp(node, args["now"])

@@ -113,6 +113,14 @@ class Job:
             return self.executed + (now - self.last_start)
         return self.executed
 
+    def began(self, at: float, now: float) -> bool:
+        """The current run really started at ``at``, later than decided: its service counts
+        from then (never past ``now``). Whether that changed anything."""
+        if self.state is not JobState.RUNNING or self.last_start is None or at <= self.last_start:
+            return False
+        self.last_start = min(at, now)
+        return True
+
     def total_executed_at(self, now: float) -> float:
         if self.state is JobState.RUNNING and self.last_start is not None:
             return self.total_executed + (now - self.last_start)

@@ -72,15 +72,8 @@ class Scheduler:
     # ---- cluster -------------------------------------------------------------------------
 
     def _add_node(self, node: Node) -> None:
-        held = {
-            g
-            for j in self._active.values()
-            if j.allocation
-            for n, gs in j.allocation.gpus
-            if n == node.name
-            for g in gs
-        }
-        self._gpus.add(node, held)
+        allocations = (j.allocation.gpus for j in self._active.values() if j.allocation)
+        self._gpus.add(node, {g for a in allocations for n, gs in a if n == node.name for g in gs})
 
     def node_up(self, node: Node, now: float) -> None:
         self._advance(now)
@@ -153,10 +146,11 @@ class Scheduler:
         else:
             del self._waiting[job.gpus]
 
-    def _stop(self, job: Job, now: float) -> None:
-        """Stop accruing service (RUNNING → PREEMPTING); GPUs stay taken until exit."""
+    def _stop(self, job: Job, now: float, ended: float | None = None) -> None:
+        """Stop accruing service (RUNNING → PREEMPTING), counted until ``ended`` (the run's
+        real end, when known and earlier); GPUs stay taken until exit."""
         assert job.last_start is not None
-        ran = now - job.last_start
+        ran = max(0.0, min(now, now if ended is None else ended) - job.last_start)
         job.executed += ran
         job.total_executed += ran
         job.last_start = None
@@ -166,13 +160,15 @@ class Scheduler:
         self._guards.drop(job.job_id)
         self.policy.changed(job, now)
 
-    def exited(self, job_id: str, now: float, outcome: ExitOutcome) -> None:
+    def exited(
+        self, job_id: str, now: float, outcome: ExitOutcome, ended: float | None = None
+    ) -> None:
         self._advance(now)
         job = self._get(job_id)
         if job.state not in (JobState.RUNNING, JobState.PREEMPTING):
             raise CoreError(f"job {job_id} is {job.state}, not running: cannot exit")
         if job.state is JobState.RUNNING:
-            self._stop(job, now)
+            self._stop(job, now, ended)
         assert job.allocation is not None
         self._gpus.release(job.allocation)
         job.allocation = None
@@ -257,8 +253,12 @@ class Scheduler:
                 return self.schedule(now)
             case events.Submit(spec, now):
                 self.submit(spec, now)
-            case events.Exited(job_id, now, outcome):
-                self.exited(job_id, now, outcome)
+            case events.Exited(job_id, now, outcome, ended):
+                self.exited(job_id, now, outcome, ended)
+            case events.Began(job_id, at, now):
+                self._advance(now)
+                if (job := self._get(job_id)).began(at, now):
+                    self.policy.changed(job, now)
             case events.Cancel(job_id, now):
                 return self.cancel(job_id, now)
             case events.NodeUp(node, now):

@@ -49,6 +49,7 @@ from coordinator.service.executor import (
     NodeLost,
     NodeUp,
     PartExited,
+    RunBegan,
 )
 from coordinator.service.history import History
 from coordinator.service.logfetch import LogFetches
@@ -327,8 +328,16 @@ class Coordinator:
                 return False  # already accounted (a resent report) or an old run
             with self.atomic():
                 self.book.part_ended(
-                    event.job_id, event.node, event.outcome, list(event.processes), when
+                    event.job_id,
+                    event.node,
+                    event.outcome,
+                    list(event.processes),
+                    when,
+                    event.ended,
                 )
+        elif isinstance(event, RunBegan):
+            with self.atomic():
+                self.book.began(event.job_id, event.restart, event.wall, when)
         elif isinstance(event, NodeUp):
             gpus = sorted(g["index"] for g in event.gpus)
             with self.atomic():

@@ -3,10 +3,11 @@
 The run lifecycle (``runs.RunBook``) decides *what* runs where; an executor makes it so on
 real machines and tells the coordinator what happened there. Commands flow down as method
 calls, always after the journal transaction that decided them has committed (so a crash can
-lose a command, reconciled later, but never send one twice). Facts flow up as typed events
-(``NodeUp``, ``NodeLost``, ``PartExited``, ``LogData``): an executor that learns them from
-messages (the agent fleet, ``agents.py``) hands them to the coordinator as they arrive; one
-that must ask (Slurm's ``squeue``/``sacct``) returns them from ``poll``.
+lose a command, reconciled later, but never send one twice). Facts flow up as typed
+events (``NodeUp``, ``NodeLost``, ``RunBegan``, ``PartExited``, ``LogData``): an executor
+that learns them from messages (the agent fleet, ``agents.py``) hands them to the
+coordinator as they arrive; one that must ask (Slurm's ``squeue``/``sacct``) returns them
+from ``poll``.
 
 A *gang* is one start (``restart``) of one job on one allocation, planned per node; a *part*
 is one node's share of it. Parts are named by ``(job_id, restart, node)`` everywhere, so a
@@ -89,6 +90,17 @@ class PartExited:
     node: str
     outcome: str  # one of protocol.PART_OUTCOMES (``lost`` is the coordinator's own verdict)
     processes: Sequence[Mapping[str, Any]] = ()
+    ended: float | None = None  # wall time it really ended, when known (Slurm's end time)
+
+
+@dataclass(frozen=True)
+class RunBegan:
+    """The run really started at wall time ``wall``, later than the coordinator launched it
+    (Slurm's start time of the released job): its attained service counts from then."""
+
+    job_id: str
+    restart: int
+    wall: float
 
 
 @dataclass(frozen=True)
@@ -100,7 +112,7 @@ class LogData:
     files: Mapping[str, Any]
 
 
-ExecutorEvent = NodeUp | NodeLost | PartExited | LogData
+ExecutorEvent = NodeUp | NodeLost | RunBegan | PartExited | LogData
 
 
 class Executor(Protocol):

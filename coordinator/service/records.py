@@ -50,6 +50,7 @@ class Run:
     started: float  # core time
     decided: str | None = None
     stopping: str | None = None
+    ended: float | None = None  # wall time its parts really ended, as the executor knows it
 
     def pending(self, node: str) -> bool:
         """Whether ``node``'s part has not ended yet."""

@@ -195,14 +195,32 @@ class RunBook:
         run = rec.run if rec is not None else None
         return run is not None and run.restart == restart and run.pending(node)
 
+    def began(self, job_id: str, restart: int, wall: float, when: When) -> None:
+        """The executor saw the current run really start at wall time ``wall``, after the
+        launch (Slurm starts a released job on its next pass): the core serves it from then."""
+        rec = self.records.get(job_id)
+        run = rec.run if rec is not None else None
+        at = core_time(wall, when)
+        if run is not None and run.restart == restart and not run.stopping and at > run.started:
+            self.ledger.core(events.Began(job_id, at, when.now))
+
     def part_ended(
-        self, job_id: str, node: str, outcome: str, processes: list[Mapping[str, Any]], when: When
+        self,
+        job_id: str,
+        node: str,
+        outcome: str,
+        processes: list[Mapping[str, Any]],
+        when: When,
+        ended: float | None = None,
     ) -> None:
-        """One node's processes of the current run are gone (or the node is)."""
+        """One node's processes of the current run are gone (or the node is); ``ended``: the
+        wall time they really ended, when the executor knows it."""
         rec = self.records[job_id]
         run = rec.run
         assert run is not None
         run.parts[node] = outcome
+        if ended is not None:
+            run.ended = max(run.ended or ended, ended)
         failing = [p for p in processes if p["code"] not in (0, EXIT_CHECKPOINTED, None)]
         if processes:
             rec.last_exit = LastExit(
@@ -240,7 +258,8 @@ class RunBook:
             self._count_lost_work(job_id, run, when)
         rec.run = None
         self.deadlines.pop(job_id, None)
-        self.ledger.core(events.Exited(job_id, when.now, outcome))
+        ended = None if run.ended is None else core_time(run.ended, when)
+        self.ledger.core(events.Exited(job_id, when.now, outcome, ended))
         state = self.sched.job(job_id).state
         if state.finished:
             self.finished(job_id, when)
@@ -353,6 +372,11 @@ class RunBook:
         self.records[job_id].ended = when.wall
         self.ledger.save(job_id)
         self.commands.append(Forget(job_id))
+
+
+def core_time(wall: float, when: When) -> float:
+    """The core time of an earlier wall-clock moment (an executor's fact), at most now."""
+    return when.now - max(0.0, when.wall - wall)
 
 
 def run_outcome(run: Run) -> ExitOutcome:

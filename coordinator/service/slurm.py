@@ -36,9 +36,8 @@ from coordinator.service.executor import (
     Gang,
     LogData,
     NodeInfo,
-    NodeLost,
-    NodeUp,
     PartExited,
+    RunBegan,
 )
 from coordinator.service.keys import server_public
 from coordinator.service.options import Options
@@ -46,16 +45,15 @@ from coordinator.service.parts import read_logs
 from coordinator.service.slurm_ctl import (
     ACTIVE,
     PREFIX,
-    UNUSABLE,
     WAITING,
     Slurm,
     SlurmError,
     Start,
     batch_args,
-    gpu_count,
     outcome,
     process_exit,
 )
+from coordinator.service.slurm_nodes import Inventory
 from coordinator.service.slurm_task import exits, launch_file, log_dir, preempt_file, write_json
 from tiresias_launch.contract import CHECKPOINT_DIR, COORDINATOR, SERVER_KEY
 
@@ -83,12 +81,10 @@ class SlurmExecutor:
         self.slurm = slurm or Slurm(partition)
         self.python = python
         self.starts: dict[str, Start] = {}  # job id → its latest start
-        self._inventory: dict[str, NodeInfo] = {}
-        self._usable: set[str] = set()
+        self._inventory = Inventory()
         self._next_poll = 0.0
         self._found = False  # jobs found again after a restart
         self._queued: list[ExecutorEvent] = []
-        self._expected: set[str] = set()
         self._states: dict[str, str] = {}  # Slurm job → its state at the last look
 
     def check(self) -> None:
@@ -153,6 +149,7 @@ class SlurmExecutor:
             gang.job_id, gang.job_key, gang.restart, slurm_id, nodes, shape, slurm_restarts
         )
         start.released = False  # submitted held: every start is a release by us
+        start.launched = time.time()
         if reuse and old:
             start.release_after = old.release_after
         self._release(start)
@@ -280,7 +277,7 @@ class SlurmExecutor:
                 self.slurm.cancel(start.slurm_id)
 
     def nodes(self) -> dict[str, NodeInfo]:
-        return dict(self._inventory)
+        return dict(self._inventory.nodes)
 
     def fetch_logs(
         self, req: int, job_id: str, job_key: str, node: str, offsets: Mapping[str, int], limit: int
@@ -291,7 +288,7 @@ class SlurmExecutor:
 
     def expect(self, nodes: Iterable[str], mono: float) -> None:
         """Nodes the journal knows: Slurm's first answer reports each (NodeUp or NodeLost)."""
-        self._expected |= set(nodes)
+        self._inventory.expect(nodes)
 
     # --- facts ------------------------------------------------------------------------
     def poll(self, mono: float) -> list[ExecutorEvent]:
@@ -315,7 +312,7 @@ class SlurmExecutor:
         for start in self.starts.values():
             if not start.ended:
                 self._send_signal(start)
-        events += self._node_events(nodes, jobs)
+        events += self._inventory.look(nodes, self._running_on)
         events += self._job_events(jobs)
         return events
 
@@ -338,39 +335,14 @@ class SlurmExecutor:
             s.job_id: s.restart for s in self.starts.values() if node in s.nodes and not s.ended
         }
 
-    def _node_events(
-        self, nodes: list[dict[str, Any]], jobs: Mapping[str, dict[str, Any]]
-    ) -> list[ExecutorEvent]:
-        events: list[ExecutorEvent] = []
-        seen = set()
-        for n in nodes:
-            name, state = n["name"], str(n.get("state", "")).lower()
-            flags = " ".join(map(str, n.get("state_flags", []))).lower()
-            gpus = [{"index": i} for i in range(gpu_count(str(n.get("gres", ""))))]
-            usable = bool(gpus) and not any(u in f"{state} {flags}" for u in UNUSABLE)
-            seen.add(name)
-            self._inventory[name] = NodeInfo(name, n.get("address") or name, gpus, usable)
-            if usable and name not in self._usable:
-                self._usable.add(name)
-                events.append(NodeUp(name, n.get("address") or name, gpus, self._running_on(name)))
-            elif not usable and name in self._usable:
-                self._usable.discard(name)
-                events.append(NodeLost(name, f"Slurm says the node is {state} {flags}".strip()))
-        for name in sorted(self._expected - self._usable):  # gone while we were down
-            events.append(NodeLost(name, "Slurm does not have the node in the partition now"))
-        self._expected.clear()
-        for name in self._usable - seen:
-            self._usable.discard(name)
-            self._inventory.pop(name, None)
-            events.append(NodeLost(name, "the node left the partition"))
-        return events
-
     def _job_events(self, jobs: Mapping[str, dict[str, Any]]) -> list[ExecutorEvent]:
         events: list[ExecutorEvent] = []
         for start in self.starts.values():
             if start.ended:
                 continue
             job = jobs.get(start.slurm_id)
+            if job is not None and not start.began:
+                events += self._began(start, job)
             if job is not None and str(job["job_state"]) in ACTIVE:
                 continue
             if job is not None and str(job["job_state"]) in WAITING:
@@ -387,15 +359,27 @@ class SlurmExecutor:
                 start.release_after = time.time() + 1.1  # seen within a second of it
             start.ended = True
             state = str(job["job_state"]) if job else "gone"
+            end = float(job.get("end_time") or 0) if job and state not in WAITING else 0.0
             done = exits(self.spool / start.job_key, start.restart)
             for node in start.nodes:
                 procs = [process_exit(self.spool / start.job_key, e) for e in done.values()
                          if e["node"] == node]  # fmt: skip
                 verdict = outcome(procs, start.stopping)
-                events.append(PartExited(start.job_id, start.restart, node, verdict, procs))
+                events.append(PartExited(start.job_id, start.restart, node, verdict, procs,
+                                         end if end >= start.launched - 1 else None))  # fmt: skip
             log.info("job %s restart %d (Slurm %s) ended: %s", start.job_id, start.restart,
                      start.slurm_id, state)  # fmt: skip
         return events
+
+    @staticmethod
+    def _began(start: Start, job: Mapping[str, Any]) -> list[ExecutorEvent]:
+        """Slurm's start time of ``start`` once Slurm has started it (its next scheduling
+        pass after the release, not the launch): the core serves the run from then."""
+        began = float(job.get("start_time") or 0)
+        if str(job["job_state"]) in WAITING or began < start.launched - 1:  # Slurm: whole s
+            return []
+        start.began = True
+        return [RunBegan(start.job_id, start.restart, began)]
 
 
 def executor_for(opts: Options) -> SlurmExecutor:

@@ -144,6 +144,8 @@ class Start:
     #: credentials issued in the second of its last requeue (or earlier).
     release_after: float = 0.0
     released: bool = True
+    launched: float = 0.0  # wall time of the launch: Slurm's start times before it are stale
+    began: bool = False  # whether Slurm's start time of it has been reported
 
 
 def batch_args(

@@ -7,6 +7,7 @@ import msgpack
 import pytest
 
 from coordinator.core import (
+    Began,
     Cancel,
     CoreError,
     Event,
@@ -76,6 +77,8 @@ def test_every_event_survives_the_journal() -> None:
         Schedule(1.5),
         Submit(JobSpec("a", 4, arrival=2.0, duration=9.0, skew=0.2, user="u", vc="v"), 2.0),
         Exited("a", 3.0, ExitOutcome.LOST),
+        Exited("a", 3.5, ExitOutcome.COMPLETED, ended=3.2),
+        Began("a", 2.5, 3.0),
         Cancel("a", 4.0),
         NodeUp(Node("n", (3, 1), switch="s1"), 5.0),
         NodeDown("n", 6.0),
@@ -133,6 +136,27 @@ def test_apply_returns_the_decisions_and_replay_rebuilds_the_same_state() -> Non
     assert replayed.export_state() == live.export_state()
     assert replayed.placement.packlimit == 0.25
     assert (replayed.job("big").checkpoint_cost, replayed.job("big").restore_cost) == (4.0, 8.0)
+
+
+def test_service_counts_from_the_real_start_to_the_real_end() -> None:
+    """A run that really started after its Start decision and ended before the shell saw
+    it (an executor's facts, e.g. Slurm's start and end times) is served only meanwhile;
+    a start time before the decision or after now changes nothing beyond those bounds."""
+    sched = build_scheduler(Settings(policy="tiresias-l", queue_thresholds=(10.0,)))
+    sched.apply(NodeUp(Node("n", (0, 1)), 0.0))
+    sched.apply(Submit(JobSpec("a", 2, arrival=0.0), 0.0))
+    sched.apply(Schedule(1.0))  # decided at 1
+    sched.apply(Began("a", 0.5, 2.0))  # not before the decision
+    assert sched.job("a").attained(2.0) == 2 * 1.0
+    sched.apply(Began("a", 2.5, 3.0))  # Slurm started it 1.5 s after the decision
+    assert sched.job("a").attained(3.0) == 2 * 0.5
+    sched.apply(Exited("a", 9.0, ExitOutcome.COMPLETED, ended=8.0))  # seen 1 s late
+    assert sched.job("a").executed == 8.0 - 2.5
+    b = sched.apply(Submit(JobSpec("b", 1, arrival=10.0), 10.0)) or sched.apply(Schedule(10.0))
+    assert [d.job_id for d in b] == ["b"]
+    sched.apply(Began("b", 20.0, 11.0))  # never past now
+    sched.apply(Exited("b", 12.0, ExitOutcome.COMPLETED))
+    assert sched.job("b").executed == 1.0
 
 
 def test_apply_refuses_what_is_not_an_event() -> None:
