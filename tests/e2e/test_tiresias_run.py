@@ -327,20 +327,27 @@ def test_pytorch_ddp_job_is_preempted_and_resumes(embedded_run: StartRun) -> Non
 def test_unmodified_lightning_fit_is_preempted_and_resumes(
     embedded_run: StartRun, tmp_path: Path
 ) -> None:
-    """``tests/pytorch/scripts/lightning_fit.py`` (``Trainer.fit``, no Tiresias import) on
-    one process, preempted by the policy at its held batch: the job's per-batch log (epoch,
-    batch, sample indices, loss) and final weights equal an uninterrupted run's."""
+    """``tests/pytorch/scripts/lightning_fit.py`` (``Trainer.fit``, no Tiresias import) as a
+    2-process DDP gang, preempted by the policy at its held batch: both ranks' per-batch logs
+    (epoch, batch, sample indices, loss) and the final weights equal an uninterrupted run's."""
+    from launch.gangs import start
+
+    from coordinator.gang import GangRequest
+
     script = REPO / "tests" / "pytorch" / "scripts" / "lightning_fit.py"
-    argv = (str(script), "3", "1", "log-{rank}", "weights.pt")
-    run = embedded_run(preemption_step("lightning_fit.py", 3 * 12), *argv)
+    argv = (str(script), "3", "2", "log-{rank}", "weights.pt")
+    run = embedded_run(preemption_step("lightning_fit.py", 3 * 6), "--workers", "2", *argv)
     preempt_with_a_short_job(run)
     finish(run)
     checkpoint_step(run)
     plain = tmp_path / "plain"
     plain.mkdir()
-    subprocess.run([sys.executable, *argv], cwd=plain, capture_output=True, timeout=120, check=True)
-    assert (tmp_path / "log-0").read_text() == (plain / "log-0").read_text()
+    reference = start(GangRequest(argv, workers=2), plain)
+    assert reference.wait(RUN_TIMEOUT) == [0, 0], reference.tails()
+    for rank in (0, 1):
+        log = f"log-{rank}"
+        assert (tmp_path / log).read_text() == (plain / log).read_text(), run.diagnostics()
     import torch
 
-    resumed, reference = torch.load(tmp_path / "weights.pt"), torch.load(plain / "weights.pt")
-    assert all(torch.equal(resumed[k], reference[k]) for k in reference)
+    resumed, expected = torch.load(tmp_path / "weights.pt"), torch.load(plain / "weights.pt")
+    assert all(torch.equal(resumed[k], expected[k]) for k in expected)
