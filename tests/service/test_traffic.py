@@ -148,3 +148,45 @@ def test_measured_traffic_is_the_skew_of_a_job_whose_runtime_reports_no_tensor_s
         assert skew() == pytest.approx(5 / 6)
         assert coord.sched.job(job).spec.skew == pytest.approx(5 / 6)
         assert source() == "tensors"
+
+
+def test_a_job_is_spread_or_packed_by_the_skew_measured_from_its_traffic(
+    coord: Coordinator,
+) -> None:
+    """The measured S_J decides the next placement: even traffic (S_J 0.5, not above the
+    default PACKLIMIT 0.5) spreads the job, filling the fuller node first; 3:1 traffic packs
+    it again. Nodes of 3 and 1 GPUs make the two choices differ for a 2-GPU job."""
+    from .test_reconcile import ScriptedAgent
+
+    agents = {n: ScriptedAgent(coord.address, n, g) for n, g in (("a", 3), ("b", 1))}
+    with Client(coord.address, timeout=5) as c:
+        job = c.request("submit", argv=["train.py"], workers=2, ps=2)["job_id"]
+
+        def placement() -> dict[str, list[int]] | None:
+            return c.request("status", job_id=job)["job"]["placement"]
+
+        def run(restart: int, ps0: int, ps1: int) -> dict[str, list[int]]:
+            """The run's placement, after its nodes measured ps0:ps1 bytes (S_J is then the
+            busier PS's share) and it was preempted (checkpointed) on every node."""
+            where = wait_until(placement, 5, f"restart {restart} to start")
+            for node in where:
+                agents[node].command("launch")
+            ps_bytes = {"10.0.0.1:2222": ps0, "10.0.0.2:2222": ps1}
+            c.send("report", job_id=job, restart=restart, node=next(iter(where)), ps_bytes=ps_bytes)
+            skew = max(ps0, ps1) / (ps0 + ps1)
+            wait_until(lambda: c.request("status", job_id=job)["job"]["skew"] == skew, 5)
+            for node in where:
+                exited = {"node": node, "job_id": job, "restart": restart, "processes": []}
+                assert (
+                    agents[node].request("exited", outcome="checkpointed", **exited)["type"] == "ok"
+                )
+            wait_until(lambda: c.request("status", job_id=job)["job"]["restarts"] > restart, 5)
+            return where
+
+        assert list(run(0, 100, 100)) == ["a"]  # S_J unknown: consolidated
+        assert c.request("status", job_id=job)["job"]["skew"] == 0.5
+        assert sorted(run(1, 300, 100)) == ["a", "b"]  # S_J 0.5: spread
+        assert c.request("status", job_id=job)["job"]["skew"] == 0.75
+        assert list(wait_until(placement, 5, "restart 2 to start")) == ["a"]  # S_J 0.75: packed
+    for agent in agents.values():
+        agent.close()
