@@ -45,6 +45,7 @@ from coordinator.service.commands import send
 from coordinator.service.executor import (
     Executor,
     ExecutorEvent,
+    JobFound,
     LogData,
     NodeLost,
     NodeUp,
@@ -335,6 +336,8 @@ class Coordinator:
                     when,
                     event.ended,
                 )
+        elif isinstance(event, JobFound):
+            requests.found(self, event)
         elif isinstance(event, RunBegan):
             with self.atomic():
                 self.book.began(event.job_id, event.restart, event.wall, when)

@@ -112,7 +112,24 @@ class LogData:
     files: Mapping[str, Any]
 
 
-ExecutorEvent = NodeUp | NodeLost | RunBegan | PartExited | LogData
+#: The environment variable a found job's request carries: the executor's id of the job.
+FOUND_JOB = "TIRESIAS_FOUND_JOB"
+
+
+@dataclass(frozen=True)
+class JobFound:
+    """A job submitted to the machines' own scheduler (a plain ``sbatch``), held there for
+    the coordinator to schedule as a submitted job; ``ref`` is the executor's id of it,
+    carried back in the launch of each start (``FOUND_JOB``)."""
+
+    ref: str
+    user: str
+    gpus: int
+    name: str
+    command: str
+
+
+ExecutorEvent = NodeUp | NodeLost | RunBegan | PartExited | LogData | JobFound
 
 
 class Executor(Protocol):

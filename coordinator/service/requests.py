@@ -19,6 +19,7 @@ from coordinator.gang import GangRequest
 from coordinator.service import access, identity
 from coordinator.service.agents import launch_frames
 from coordinator.service.costs import measured_costs
+from coordinator.service.executor import FOUND_JOB, JobFound
 from coordinator.service.records import REQUEST_FIELDS, JobRecord, Request
 from coordinator.service.runs import plan_gang
 from coordinator.service.server import Server
@@ -45,17 +46,6 @@ def submit(c: Server, rid: bytes, msg: dict[str, Any]) -> dict[str, Any]:
             "submit: jobs do not run as root here; submit as an unprivileged user (an "
             "admin may start the coordinator with --allow-root-jobs)"
         )
-    job_id = f"j{c.next_job}"
-    now = c.clock.now()
-    spec = JobSpec(
-        job_id,
-        shape.gpus,
-        arrival=now,
-        duration=msg.get("duration"),
-        skew=msg.get("skew"),
-        model=msg.get("name"),
-        user=owner,  # groups similar jobs (--service-groups user)
-    )
     request = Request.from_wire({k: msg[k] for k in REQUEST_FIELDS if msg.get(k) is not None})
     request.owner = owner
     done = c.submit_keys.get((owner, request.key))
@@ -63,23 +53,59 @@ def submit(c: Server, rid: bytes, msg: dict[str, Any]) -> dict[str, Any]:
         return {"job_id": done, "duplicate": True}
     request.token = secrets.token_urlsafe(24)  # for the job's runtime (report)
     _check_deliverable(c, request)
-    with c.atomic():
-        try:
-            c.core(events.Submit(spec, now))
-        except CoreError as e:  # the id stays free for the next submit: do not name it
-            raise protocol.ProtocolError(
-                f"submit: {str(e).replace(f'job {job_id}', 'the job')}; nothing was queued"
-            ) from None
-        c.next_job += 1
-        c.store.set_meta("next_job", c.next_job)
-        rec = JobRecord(f"{job_id}-{c.instance}", request, time.time(), skew=msg.get("skew"))
-        rec.skew_source = None if rec.skew is None else "submitted"
-        c.book.add(job_id, rec)
-    if request.key is not None:
-        c.submit_keys[(owner, request.key)] = job_id
-    c.dirty = True
+    try:
+        job_id = enqueue(c, request, shape.gpus, msg.get("duration"), msg.get("skew"))
+    except CoreError as e:  # the id stays free for the next submit: do not name it
+        why = str(e).replace(f"job j{c.next_job}", "the job")
+        raise protocol.ProtocolError(f"submit: {why}; nothing was queued") from None
     log.info("submitted %s for %s: %s", job_id, owner, " ".join(msg["argv"])[:200])
     return {"job_id": job_id}
+
+
+def enqueue(
+    c: Server,
+    request: Request,
+    gpus: int,
+    duration: float | None = None,
+    skew: float | None = None,
+    checkpointable_why: str | None = None,
+) -> str:
+    """Queue a job (a checked submit, or a job the executor found); its id. CoreError when
+    the core refuses it; ``checkpointable_why``: why it cannot be checkpointed, if so."""
+    job_id = f"j{c.next_job}"
+    now = c.clock.now()
+    spec = JobSpec(job_id, gpus, arrival=now, duration=duration, skew=skew,
+                   model=request.name, user=request.owner)  # fmt: skip
+    with c.atomic():
+        c.core(events.Submit(spec, now))
+        c.next_job += 1
+        c.store.set_meta("next_job", c.next_job)
+        rec = JobRecord(f"{job_id}-{c.instance}", request, time.time(), skew=skew)
+        if checkpointable_why is not None:
+            c.core(events.UpdateCheckpointable(job_id, False, now))
+            rec.checkpointable, rec.checkpointable_why = False, checkpointable_why
+        c.book.add(job_id, rec)
+    if request.key is not None:
+        c.submit_keys[(request.owner, request.key)] = job_id
+    c.dirty = True
+    return job_id
+
+
+def found(c: Server, job: JobFound) -> None:
+    """A job submitted to the executor's own scheduler (a plain ``sbatch``), held there:
+    queued as its user's, once (its ref is its key), never checkpointed."""
+    key = f"found:{job.ref}"
+    if (job.user, key) in c.submit_keys:  # offered again after a restart
+        return
+    request = Request([job.command or job.name], job.gpus, job.user, name=job.name, key=key,
+                      env={FOUND_JOB: job.ref})  # fmt: skip
+    why = "a plain sbatch job: Slurm requeues it from the start when it is preempted"
+    try:
+        job_id = enqueue(c, request, job.gpus, checkpointable_why=why)
+    except CoreError as e:
+        log.error("cannot schedule the sbatch job %s: %s", job.ref, e)
+        return
+    log.info("found %s for %s: the sbatch job %s (%d GPUs)", job_id, job.user, job.ref, job.gpus)
 
 
 def _check_deliverable(c: Server, request: Request) -> None:

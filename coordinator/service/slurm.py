@@ -22,9 +22,6 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-import os
-import pwd
-import shlex
 import sys
 import time
 from collections.abc import Iterable, Mapping, Sequence
@@ -32,16 +29,17 @@ from pathlib import Path
 from typing import Any
 
 from coordinator.service.executor import (
+    FOUND_JOB,
     ExecutorEvent,
     Gang,
     LogData,
     NodeInfo,
     PartExited,
-    RunBegan,
 )
 from coordinator.service.keys import server_public
 from coordinator.service.options import Options
 from coordinator.service.parts import read_logs
+from coordinator.service.slurm_adopt import Adopter, exit_of
 from coordinator.service.slurm_ctl import (
     ACTIVE,
     PREFIX,
@@ -50,12 +48,16 @@ from coordinator.service.slurm_ctl import (
     SlurmError,
     Start,
     batch_args,
+    batch_script,
+    began,
+    hand_over,
     outcome,
     process_exit,
+    run_as,
 )
 from coordinator.service.slurm_nodes import Inventory
 from coordinator.service.slurm_task import exits, launch_file, log_dir, preempt_file, write_json
-from tiresias_launch.contract import CHECKPOINT_DIR, COORDINATOR, SERVER_KEY
+from tiresias_launch.contract import COORDINATOR, SERVER_KEY
 
 log = logging.getLogger("tiresias.slurm")
 
@@ -82,6 +84,7 @@ class SlurmExecutor:
         self.python = python
         self.starts: dict[str, Start] = {}  # job id → its latest start
         self._inventory = Inventory()
+        self.adopter = Adopter(self.spool, self.slurm)
         self._next_poll = 0.0
         self._found = False  # jobs found again after a restart
         self._queued: list[ExecutorEvent] = []
@@ -105,6 +108,9 @@ class SlurmExecutor:
 
     # --- commands ---------------------------------------------------------------------
     def launch(self, gang: Gang) -> None:
+        found = next(iter(gang.parts.values()))[0].env.get(FOUND_JOB) if gang.parts else None
+        if found is not None:
+            return self._release_found(gang, found)
         jobdir = self.spool / gang.job_key
         nodes = tuple(sorted(gang.parts))
         shape = tuple(
@@ -124,7 +130,7 @@ class SlurmExecutor:
             for node in nodes
         }  # fmt: skip
         try:
-            self._hand_over(gang, jobdir)
+            hand_over(gang, jobdir)
         except (KeyError, OSError) as e:
             return self._refused(gang, f"cannot prepare its directories for {gang.owner!r}: {e}")
         write_json(
@@ -142,7 +148,10 @@ class SlurmExecutor:
                 if old is not None:
                     with contextlib.suppress(SlurmError):
                         self.slurm.cancel(old.slurm_id)
-                slurm_id = self._submit(gang, jobdir, nodes, shape)
+                slurm_id = self.slurm.submit(
+                    batch_script(jobdir, self.python),
+                    batch_args(gang.job_key, gang.job_id, jobdir, nodes, shape, run_as(gang.owner)),
+                )
         except SlurmError as e:
             return self._refused(gang, f"Slurm refused the job: {e}")
         start = Start(
@@ -157,6 +166,25 @@ class SlurmExecutor:
         log.info("job %s restart %d is Slurm job %s on %s", gang.job_id, gang.restart,
                  slurm_id, ",".join(nodes))  # fmt: skip
 
+    def _release_found(self, gang: Gang, slurm_id: str) -> None:
+        """Start a plain sbatch job (``slurm_adopt``): released onto the node the core chose."""
+        nodes = tuple(sorted(gang.parts))
+        if len(nodes) != 1:
+            why = f"the sbatch job {slurm_id} runs on one node; the core placed it on "
+            return self._refused(gang, why + ",".join(nodes))
+        gpus = len({g for p in gang.parts[nodes[0]] for g in p.gpus})
+        old = self.starts.get(gang.job_id)
+        restarts = old.restarts_after if old else 0
+        start = Start(gang.job_id, gang.job_key, gang.restart, slurm_id, nodes, ((gpus, 1),),
+                      restarts, released=False, launched=time.time(), adopted=True)  # fmt: skip
+        start.release_after = old.release_after if old else 0.0
+        self._release(start)
+        self.starts[gang.job_id] = start
+        self.adopter.note(slurm_id, job_id=gang.job_id, key=gang.job_key, restart=gang.restart,
+                          nodes=nodes, shape=start.shape, restarts=restarts)  # fmt: skip
+        log.info("job %s restart %d is the sbatch job %s on %s", gang.job_id, gang.restart,
+                 slurm_id, nodes[0])  # fmt: skip
+
     def _refused(self, gang: Gang, why: str) -> None:
         """A start that cannot be made: every process of it failed, saying why."""
         log.error("job %s restart %d: %s", gang.job_id, gang.restart, why)
@@ -166,32 +194,6 @@ class SlurmExecutor:
                          "log_tail": f"tiresias: {why}"} for p in procs])
             for node, procs in gang.parts.items()
         ]  # fmt: skip
-
-    @staticmethod
-    def _hand_over(gang: Gang, jobdir: Path) -> None:
-        """The directories the job's processes write (its start's, its checkpoints'), made
-        and owned by the user they run as (Slurm runs them as that user)."""
-        user = pwd.getpwnam(gang.owner) if gang.owner and gang.owner != _me() else None
-        checkpoints = {p.env[CHECKPOINT_DIR] for ps in gang.parts.values() for p in ps
-                       if CHECKPOINT_DIR in p.env}  # fmt: skip
-        for directory in (jobdir, jobdir / f"r{gang.restart}", *map(Path, checkpoints)):
-            directory.mkdir(parents=True, exist_ok=True)
-            if user is not None:
-                os.chown(directory, user.pw_uid, user.pw_gid)
-
-    def _submit(
-        self, gang: Gang, jobdir: Path, nodes: tuple[str, ...], shape: tuple[tuple[int, int], ...]
-    ) -> str:
-        """A held batch job for this start (``batch_args``); its Slurm id."""
-        script = jobdir / "batch.sh"
-        script.write_text(
-            "#!/bin/sh\n# A Tiresias job: the coordinator plans, releases and preempts it.\n"
-            f"exec {shlex.quote(self.python)} -m coordinator.service.slurm_task batch "
-            f"{shlex.quote(str(jobdir))}\n"
-        )
-        owner = gang.owner if gang.owner and gang.owner != _me() else None
-        args = batch_args(gang.job_key, gang.job_id, jobdir, nodes, shape, owner)
-        return self.slurm.submit(script, args)
 
     def _release(self, start: Start) -> None:
         """Release a held job for its next start, once Slurm will accept its credentials."""
@@ -203,9 +205,8 @@ class SlurmExecutor:
         except SlurmError as e:  # e.g. cancelled behind our back: the start is lost
             log.error("job %s restart %d: %s", start.job_id, start.restart, e)
             start.ended = True
-            self._queued += [
-                PartExited(start.job_id, start.restart, n, "killed") for n in start.nodes
-            ]
+            gone = "failed" if start.adopted else "killed"  # an sbatch job cancelled by its user
+            self._queued += [PartExited(start.job_id, start.restart, n, gone) for n in start.nodes]
 
     def _never_ran(self, start: Start, outcome: str) -> bool:
         """Stop a start still waiting for its release: it stays held, ready for the next."""
@@ -229,6 +230,8 @@ class SlurmExecutor:
         if start is None or start.stopping is not None or self._never_ran(start, "preempted"):
             return
         start.stopping, start.deadline = "preempt", time.monotonic() + grace
+        if start.adopted:  # a plain batch script cannot checkpoint: requeued held now
+            return self._expire(start)
         # a process not started yet when the signal goes out signals itself once it is
         write_json(preempt_file(self.spool / start.job_key, restart), {"signal": signal})
         start.signal = signal
@@ -313,6 +316,8 @@ class SlurmExecutor:
             if not start.ended:
                 self._send_signal(start)
         events += self._inventory.look(nodes, self._running_on)
+        largest = max((len(n.gpus) for n in self._inventory.nodes.values()), default=0)
+        events += self.adopter.look(jobs, largest)
         events += self._job_events(jobs)
         return events
 
@@ -322,12 +327,23 @@ class SlurmExecutor:
         for slurm_id, job in sorted(jobs.items(), key=lambda item: int(item[0])):
             key = str(job["name"])[len(PREFIX) :]
             try:
-                gang = json.loads(launch_file(self.spool / key).read_text())
+                adopted = self.adopter.marked(slurm_id)
+                if adopted is not None and "job_id" in adopted:
+                    gang = {
+                        **adopted,
+                        "slurm_restarts": adopted["restarts"],
+                        "parts": adopted["nodes"],
+                    }
+                elif str(job["name"]).startswith(PREFIX):
+                    gang = json.loads(launch_file(self.spool / key).read_text())
+                else:
+                    continue
             except (OSError, ValueError):
                 continue
             self.starts[gang["job_id"]] = Start(
                 gang["job_id"], key, gang["restart"], slurm_id, tuple(sorted(gang["parts"])),
                 tuple(map(tuple, gang["shape"])), gang["slurm_restarts"],
+                adopted=adopted is not None,
             )  # fmt: skip
 
     def _running_on(self, node: str) -> dict[str, int]:
@@ -342,7 +358,7 @@ class SlurmExecutor:
                 continue
             job = jobs.get(start.slurm_id)
             if job is not None and not start.began:
-                events += self._began(start, job)
+                events += began(start, job)
             if job is not None and str(job["job_state"]) in ACTIVE:
                 continue
             if job is not None and str(job["job_state"]) in WAITING:
@@ -364,22 +380,14 @@ class SlurmExecutor:
             for node in start.nodes:
                 procs = [process_exit(self.spool / start.job_key, e) for e in done.values()
                          if e["node"] == node]  # fmt: skip
+                if start.adopted:
+                    procs = exit_of(job, start.stopping) if job else []
                 verdict = outcome(procs, start.stopping)
                 events.append(PartExited(start.job_id, start.restart, node, verdict, procs,
                                          end if end >= start.launched - 1 else None))  # fmt: skip
             log.info("job %s restart %d (Slurm %s) ended: %s", start.job_id, start.restart,
                      start.slurm_id, state)  # fmt: skip
         return events
-
-    @staticmethod
-    def _began(start: Start, job: Mapping[str, Any]) -> list[ExecutorEvent]:
-        """Slurm's start time of ``start`` once Slurm has started it (its next scheduling
-        pass after the release, not the launch): the core serves the run from then."""
-        began = float(job.get("start_time") or 0)
-        if str(job["job_state"]) in WAITING or began < start.launched - 1:  # Slurm: whole s
-            return []
-        start.began = True
-        return [RunBegan(start.job_id, start.restart, began)]
 
 
 def executor_for(opts: Options) -> SlurmExecutor:
@@ -398,7 +406,3 @@ def executor_for(opts: Options) -> SlurmExecutor:
     )
     executor.check()
     return executor
-
-
-def _me() -> str:
-    return pwd.getpwuid(os.geteuid()).pw_name

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import pwd
 import shlex
 import subprocess
 from collections.abc import Mapping, Sequence
@@ -12,9 +13,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from coordinator.service.executor import ExecutorEvent, Gang, RunBegan
 from coordinator.service.parts import log_tail
 from coordinator.service.slurm_task import log_dir
-from tiresias_launch.contract import EXIT_CHECKPOINTED
+from tiresias_launch.contract import CHECKPOINT_DIR, EXIT_CHECKPOINTED
 
 #: Slurm job names of Tiresias jobs: the prefix, then the job key.
 PREFIX = "tiresias:"
@@ -52,9 +54,10 @@ class Slurm:
         return done.stdout
 
     def jobs(self) -> list[dict[str, Any]]:
-        """Tiresias' jobs in the partition, finished ones too (``MinJobAge`` keeps them)."""
-        out = json.loads(self.run("squeue", "--json", "-t", "all", "-p", self.partition))
-        return [j for j in out["jobs"] if str(j.get("name", "")).startswith(PREFIX)]
+        """The partition's jobs, finished ones too (``MinJobAge`` keeps them)."""
+        return list(
+            json.loads(self.run("squeue", "--json", "-t", "all", "-p", self.partition))["jobs"]
+        )
 
     def nodes(self) -> list[dict[str, Any]]:
         out = json.loads(self.run("sinfo", "--json", "-p", self.partition))
@@ -146,6 +149,7 @@ class Start:
     released: bool = True
     launched: float = 0.0  # wall time of the launch: Slurm's start times before it are stale
     began: bool = False  # whether Slurm's start time of it has been reported
+    adopted: bool = False  # a plain sbatch job (slurm_adopt), not one of ours
 
 
 def batch_args(
@@ -177,3 +181,41 @@ def batch_args(
 
 def _gres(gpus: int) -> list[str]:
     return [f"--gres=gpu:{gpus}"] if gpus else []
+
+
+def batch_script(jobdir: Path, python: str) -> Path:
+    """The batch step of every Tiresias start: the planned processes (``slurm_task``)."""
+    script = jobdir / "batch.sh"
+    script.write_text(
+        "#!/bin/sh\n# A Tiresias job: the coordinator plans, releases and preempts it.\n"
+        f"exec {shlex.quote(python)} -m coordinator.service.slurm_task batch "
+        f"{shlex.quote(str(jobdir))}\n"
+    )
+    return script
+
+
+def run_as(owner: str) -> str | None:
+    """The user a job's processes run as, when not the coordinator's own."""
+    return owner if owner and owner != pwd.getpwuid(os.geteuid()).pw_name else None
+
+
+def hand_over(gang: Gang, jobdir: Path) -> None:
+    """The directories the job's processes write (its start's, its checkpoints'), made
+    and owned by the user they run as (Slurm runs them as that user)."""
+    user = pwd.getpwnam(owner) if (owner := run_as(gang.owner)) else None
+    checkpoints = {p.env[CHECKPOINT_DIR] for ps in gang.parts.values() for p in ps
+                   if CHECKPOINT_DIR in p.env}  # fmt: skip
+    for directory in (jobdir, jobdir / f"r{gang.restart}", *map(Path, checkpoints)):
+        directory.mkdir(parents=True, exist_ok=True)
+        if user is not None:
+            os.chown(directory, user.pw_uid, user.pw_gid)
+
+
+def began(start: Start, job: Mapping[str, Any]) -> list[ExecutorEvent]:
+    """Slurm's start time of ``start`` once Slurm has started it (its next scheduling
+    pass after the release, not the launch): the core serves the run from then."""
+    began = float(job.get("start_time") or 0)
+    if str(job["job_state"]) in WAITING or began < start.launched - 1:  # Slurm: whole s
+        return []
+    start.began = True
+    return [RunBegan(start.job_id, start.restart, began)]

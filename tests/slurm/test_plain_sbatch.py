@@ -1,0 +1,99 @@
+"""Plain ``sbatch`` jobs in the managed partition are held at once and scheduled by
+Tiresias like submitted jobs: in the policy's order among Tiresias jobs, on the node the core
+chooses, shown by ``tiresias status``."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from helpers import wait_until
+from service.conftest import Cluster
+
+from tools.slurm_local import LocalSlurm
+
+
+@pytest.fixture
+def cluster(slurm: LocalSlurm, tmp_path: Path) -> Iterator[Cluster]:
+    c = Cluster(tmp_path)
+    c.env["SLURM_CONF"] = str(slurm.conf)
+    yield c
+    c.close()
+    print(c.dump_logs())
+
+
+def test_a_plain_sbatch_job_is_held_and_scheduled_ahead_of_a_demoted_job(
+    cluster: Cluster, slurm: LocalSlurm, tmp_path: Path
+) -> None:
+    """One 2-GPU node: a Tiresias job holds both GPUs and is demoted; a user's plain
+    ``sbatch --gres=gpu:1`` is held by the coordinator (not started by Slurm), queued in Q1
+    ahead of the demoted job, which it preempts; it runs on the node and completes; the
+    Tiresias job resumes from its checkpoint and completes."""
+    cluster.start_coordinator(
+        *("--executor", "slurm", "--slurm-partition", "one", "--manual-clock"),
+        *("--policy", "tiresias-l", "--thresholds", "4", "--grace", "30"),
+    )
+    cluster.wait_nodes("n1")
+    long = cluster.submit("--steps", "20", "--step-time", "0.05", "--hold-at", "5", workers=2)
+    wait_until(lambda: "holding at step 5" in cluster.logs(long), 60, "the long job to hold")
+    out = tmp_path / "plain.out"
+    slurm_id = slurm.run(
+        "sbatch", "--parsable", "-p", "one", "--gres=gpu:1", f"--output={out}",
+        "--job-name=plain", "--wrap", "echo plain sbatch ran on $SLURMD_NODENAME",
+    ).strip()  # fmt: skip
+
+    def found() -> str | None:
+        jobs = cluster.client.request("status")["jobs"]
+        return next((j["job_id"] for j in jobs if j["name"] == "plain"), None)
+
+    wait_until(lambda: found() is not None, 60, "the coordinator to find the sbatch job")
+    plain = found()
+    assert plain is not None
+    reason = slurm.run("squeue", "-h", "-j", slurm_id, "-o", "%T %r").strip()
+    assert reason in ("PENDING JobHeldAdmin", "PENDING JobHeldUser")  # held, not started
+    view = cluster.job(plain)
+    assert (view["state"], view["gpus"], view["owner"]) == ("waiting", 1, "root")
+    assert view["checkpointable"] is False
+    status = cluster.cli("status").stdout
+    assert plain in status and "plain" in status
+
+    cluster.client.request("advance", seconds=3.0)  # the long job: 6 GPU-s, demoted to Q2
+    wait_until(lambda: cluster.state_of(plain) == "completed", 60, "the sbatch job")
+    assert out.read_text() == "plain sbatch ran on n1\n"
+    assert cluster.state_of(long) != "completed"  # the sbatch job went first
+    wait_until(lambda: cluster.state_of(long) == "completed", 60, "the long job to finish")
+    assert "start at step 5 (restart 1" in cluster.logs(long)
+    assert cluster.job(plain)["restarts"] == 0 and cluster.job(plain)["exit_code"] == 0
+
+
+def test_a_preempted_sbatch_job_is_requeued_held_and_runs_again_from_the_start(
+    cluster: Cluster, slurm: LocalSlurm, tmp_path: Path
+) -> None:
+    """A demoted plain sbatch job is preempted for a Tiresias job: requeued held (its GPUs
+    free, its work lost and counted), started again from the beginning by the coordinator
+    after the Tiresias job, and completes."""
+    cluster.start_coordinator(
+        *("--executor", "slurm", "--slurm-partition", "one", "--manual-clock"),
+        *("--policy", "tiresias-l", "--thresholds", "4", "--grace", "30"),
+    )
+    cluster.wait_nodes("n1")
+    runs, go = tmp_path / "runs", tmp_path / "go"
+    script = f"echo run >> {runs}; while [ ! -f {go} ]; do sleep 0.1; done"
+    slurm_id = slurm.run(
+        "sbatch", "--parsable", "-p", "one", "--gres=gpu:2", "--job-name=plain",
+        f"--output={tmp_path}/plain.out", "--wrap", script,
+    ).strip()  # fmt: skip
+    wait_until(lambda: runs.exists() and runs.read_text() == "run\n", 60, "its first run")
+    [plain] = [j["job_id"] for j in cluster.client.request("status")["jobs"]]
+    wait_until(lambda: cluster.job(plain)["state"] == "running", 60, "it to be running")
+    cluster.client.request("advance", seconds=3.0)  # 6 GPU-s: demoted to Q2
+    newcomer = cluster.submit("--steps", "4", "--step-time", "0.05", workers=2)
+    wait_until(lambda: cluster.state_of(newcomer) == "completed", 60, "the Tiresias job")
+    wait_until(lambda: runs.read_text() == "run\nrun\n", 60, "the sbatch job to run again")
+    go.touch()
+    wait_until(lambda: cluster.state_of(plain) == "completed", 60, "the sbatch job to finish")
+    view = cluster.job(plain)
+    assert (view["restarts"], view["preemptions"]) == (1, 1)
+    assert view["lost"]["preemptions"] == 1 and view["lost"]["gpu_seconds"] > 0
+    assert "Restarts=1 " in slurm.run("scontrol", "show", "job", slurm_id)  # one Slurm job
