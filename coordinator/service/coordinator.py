@@ -334,11 +334,11 @@ class Coordinator:
                     event.outcome,
                     list(event.processes),
                     when,
-                    event.ended,
+                    None if self.clock.manual else event.ended,  # wall time: not manual time
                 )
         elif isinstance(event, JobFound):
             requests.found(self, event)
-        elif isinstance(event, RunBegan):
+        elif isinstance(event, RunBegan) and not self.clock.manual:
             with self.atomic():
                 self.book.began(event.job_id, event.restart, event.wall, when)
         elif isinstance(event, NodeUp):

@@ -70,26 +70,34 @@ def test_a_plain_sbatch_job_is_held_and_scheduled_ahead_of_a_demoted_job(
 def test_a_preempted_sbatch_job_is_requeued_held_and_runs_again_from_the_start(
     cluster: Cluster, slurm: LocalSlurm, tmp_path: Path
 ) -> None:
-    """A demoted plain sbatch job is preempted for a Tiresias job: requeued held (its GPUs
-    free, its work lost and counted), started again from the beginning by the coordinator
-    after the Tiresias job, and completes."""
+    """A plain 2-GPU sbatch job preempts a demoted Tiresias job, is itself demoted and
+    preempted by a new Tiresias job: requeued held (its GPUs free, its work lost and
+    counted), it runs again from the beginning after the older Tiresias job (both in Q2,
+    which is first come, first served), and completes."""
     cluster.start_coordinator(
         *("--executor", "slurm", "--slurm-partition", "one", "--manual-clock"),
         *("--policy", "tiresias-l", "--thresholds", "4", "--grace", "30"),
     )
     cluster.wait_nodes("n1")
+    long = cluster.submit("--steps", "20", "--step-time", "0.05", "--hold-at", "5", workers=2)
+    wait_until(lambda: "holding at step 5" in cluster.logs(long), 60, "the long job to hold")
     runs, go = tmp_path / "runs", tmp_path / "go"
     script = f"echo run >> {runs}; while [ ! -f {go} ]; do sleep 0.1; done"
     slurm_id = slurm.run(
         "sbatch", "--parsable", "-p", "one", "--gres=gpu:2", "--job-name=plain",
         f"--output={tmp_path}/plain.out", "--wrap", script,
     ).strip()  # fmt: skip
+    wait_until(lambda: len(cluster.client.request("status")["jobs"]) == 2, 60, "it found")
+    plain = next(
+        j["job_id"] for j in cluster.client.request("status")["jobs"] if j["job_id"] != long
+    )
+    cluster.client.request("advance", seconds=3.0)  # the long job: 6 GPU-s, demoted to Q2
     wait_until(lambda: runs.exists() and runs.read_text() == "run\n", 60, "its first run")
-    [plain] = [j["job_id"] for j in cluster.client.request("status")["jobs"]]
-    wait_until(lambda: cluster.job(plain)["state"] == "running", 60, "it to be running")
-    cluster.client.request("advance", seconds=3.0)  # 6 GPU-s: demoted to Q2
+    cluster.client.request("advance", seconds=3.0)  # the sbatch job: 6 GPU-s, in Q2 too
     newcomer = cluster.submit("--steps", "4", "--step-time", "0.05", workers=2)
     wait_until(lambda: cluster.state_of(newcomer) == "completed", 60, "the Tiresias job")
+    wait_until(lambda: cluster.state_of(long) == "completed", 60, "the long job to finish")
+    assert runs.read_text() == "run\n"  # behind the long job, which arrived first, in Q2
     wait_until(lambda: runs.read_text() == "run\nrun\n", 60, "the sbatch job to run again")
     go.touch()
     wait_until(lambda: cluster.state_of(plain) == "completed", 60, "the sbatch job to finish")
@@ -97,3 +105,4 @@ def test_a_preempted_sbatch_job_is_requeued_held_and_runs_again_from_the_start(
     assert (view["restarts"], view["preemptions"]) == (1, 1)
     assert view["lost"]["preemptions"] == 1 and view["lost"]["gpu_seconds"] > 0
     assert "Restarts=1 " in slurm.run("scontrol", "show", "job", slurm_id)  # one Slurm job
+    assert "start at step 5 (restart 1" in cluster.logs(long)
