@@ -56,7 +56,7 @@ class Adopter:
         """Hold the new foreign jobs; offer each held one once per coordinator process (the
         coordinator knows an offered job again by its Slurm id)."""
         found: list[JobFound] = []
-        for slurm_id, job in jobs.items():
+        for slurm_id, job in sorted(jobs.items(), key=lambda item: int(item[0])):  # FIFO
             gpus = adoptable(job, largest_node)
             ours = self.marked(slurm_id) is not None
             if not gpus or slurm_id in self._offered:

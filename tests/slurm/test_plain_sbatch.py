@@ -106,3 +106,42 @@ def test_a_preempted_sbatch_job_is_requeued_held_and_runs_again_from_the_start(
     assert view["lost"]["preemptions"] == 1 and view["lost"]["gpu_seconds"] > 0
     assert "Restarts=1 " in slurm.run("scontrol", "show", "job", slurm_id)  # one Slurm job
     assert "start at step 5 (restart 1" in cluster.logs(long)
+
+
+def test_an_adopted_job_survives_a_coordinator_kill(
+    cluster: Cluster, slurm: LocalSlurm, tmp_path: Path
+) -> None:
+    """kill -9 of the coordinator while an adopted sbatch job runs and another waits held:
+    after the restart the running one is found again (not started twice) and completes, and
+    the held one is not queued twice and runs after it."""
+    cluster.start_coordinator(*("--executor", "slurm", "--slurm-partition", "one"))
+    cluster.wait_nodes("n1")
+    long = cluster.submit("--steps", "20", "--step-time", "0.05", "--hold-at", "5", workers=2)
+    wait_until(lambda: "holding at step 5" in cluster.logs(long), 60, "the GPUs to be busy")
+    runs, go = tmp_path / "runs", tmp_path / "go"
+    ids = [
+        slurm.run(
+            "sbatch", "--parsable", "-p", "one", "--gres=gpu:2", f"--job-name=plain{i}",
+            f"--output={tmp_path}/plain{i}.out", "--wrap",
+            f"echo {i} >> {runs}; while [ ! -f {go} ]; do sleep 0.1; done",
+        ).strip()
+        for i in (1, 2)
+    ]  # fmt: skip
+    wait_until(lambda: len(cluster.client.request("status")["jobs"]) == 3, 60, "both found")
+    cluster.cli("cancel", long)
+    wait_until(lambda: runs.exists() and runs.read_text() == "1\n", 60, "the first to run")
+    cluster.kill_coordinator()
+    cluster.start_coordinator()
+    go.touch()
+    wait_until(lambda: runs.read_text() == "1\n2\n", 60, "the second to run after it")
+
+    def jobs() -> dict[str, dict[str, object]]:
+        return {j["name"]: j for j in cluster.client.request("status", all=True)["jobs"]}
+
+    wait_until(lambda: jobs()["plain2"]["state"] == "completed", 60, "the second to finish")
+    assert sorted(j["job_id"] for j in jobs().values()) == ["j1", "j2", "j3"]  # not twice
+    for name in ("plain1", "plain2"):
+        view = cluster.job(str(jobs()[name]["job_id"]))
+        assert (view["state"], view["restarts"]) == ("completed", 0)
+    for slurm_id in ids:
+        assert "Restarts=0 " in slurm.run("scontrol", "show", "job", slurm_id)
