@@ -103,7 +103,7 @@ class AgentFleet:
         )
         return self._to_node(node, frame)
 
-    def forget(self, job_id: str) -> None:
+    def forget(self, job_id: str, found: str | None = None) -> None:
         """Agents keep nothing of a job between its starts."""
 
     # --- inventory ----------------------------------------------------------------------

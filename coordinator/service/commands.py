@@ -38,9 +38,10 @@ class KillParts:
 
 @dataclass(frozen=True)
 class Forget:
-    """The job is finished for good."""
+    """The job is finished for good (``found``: the executor's id of a job it found)."""
 
     job_id: str
+    found: str | None = None
 
 
 Command = LaunchGang | Signal | KillParts | Forget
@@ -56,4 +57,4 @@ def send(commands: list[Command], executor: Executor) -> None:
         elif isinstance(cmd, KillParts):
             executor.kill(cmd.job_id, cmd.restart, cmd.nodes, cmd.grace)
         else:
-            executor.forget(cmd.job_id)
+            executor.forget(cmd.job_id, cmd.found)

@@ -150,9 +150,10 @@ class Executor(Protocol):
         """Stop the parts on ``nodes`` now (``grace``: a moment to finish on their own
         first, e.g. peers of a completed chief)."""
 
-    def forget(self, job_id: str) -> None:
+    def forget(self, job_id: str, found: str | None = None) -> None:
         """The job is finished for good (completed, failed, cancelled): drop what is kept
-        for it between starts (e.g. a held batch job)."""
+        for it between starts (e.g. a held batch job); ``found``: the ``JobFound.ref`` of a
+        job the executor found, which it may hold though it never launched it."""
 
     def nodes(self) -> Mapping[str, NodeInfo]:
         """The inventory: every node known now, by name."""

@@ -30,7 +30,7 @@ from coordinator.gang import GangRequest, plan
 from coordinator.protocol import PartOutcome
 from coordinator.service.agent import SETTLE
 from coordinator.service.commands import Command, Forget, KillParts, LaunchGang, Signal
-from coordinator.service.executor import Gang, ProcessLaunch
+from coordinator.service.executor import FOUND_JOB, Gang, ProcessLaunch
 from coordinator.service.metrics import Metrics
 from coordinator.service.records import JobRecord, LastExit, Lost, Run
 from tiresias_launch.contract import EXIT_CHECKPOINTED, JOB_TOKEN, PREEMPT_SIGNAL
@@ -371,7 +371,7 @@ class RunBook:
         while it had none)."""
         self.records[job_id].ended = when.wall
         self.ledger.save(job_id)
-        self.commands.append(Forget(job_id))
+        self.commands.append(Forget(job_id, self.records[job_id].request.env.get(FOUND_JOB)))
 
 
 def core_time(wall: float, when: When) -> float:

@@ -272,12 +272,14 @@ class SlurmExecutor:
             with contextlib.suppress(SlurmError):
                 self.slurm.hold(start.slurm_id)
 
-    def forget(self, job_id: str) -> None:
-        """The job is finished for good: a Slurm job kept held for its next start goes."""
+    def forget(self, job_id: str, found: str | None = None) -> None:
+        """The job is finished for good: a Slurm job kept held for its next start goes (an
+        adopted sbatch job cancelled before its first start too)."""
         start = self.starts.pop(job_id, None)
-        if start is not None and start.reusable:
+        held = start.slurm_id if start is not None and start.reusable else None
+        if held or (start is None and found):
             with contextlib.suppress(SlurmError):
-                self.slurm.cancel(start.slurm_id)
+                self.slurm.cancel(held or str(found))
 
     def nodes(self) -> dict[str, NodeInfo]:
         return dict(self._inventory.nodes)

@@ -145,3 +145,25 @@ def test_an_adopted_job_survives_a_coordinator_kill(
         assert (view["state"], view["restarts"]) == ("completed", 0)
     for slurm_id in ids:
         assert "Restarts=0 " in slurm.run("scontrol", "show", "job", slurm_id)
+
+
+def test_cancelling_a_waiting_sbatch_job_cancels_it_in_slurm(
+    cluster: Cluster, slurm: LocalSlurm, tmp_path: Path
+) -> None:
+    """``tiresias cancel`` of an adopted job that never started: its held Slurm job goes."""
+    cluster.start_coordinator(*("--executor", "slurm", "--slurm-partition", "one"))
+    cluster.wait_nodes("n1")
+    long = cluster.submit("--steps", "20", "--step-time", "0.05", "--hold-at", "5", workers=2)
+    wait_until(lambda: "holding at step 5" in cluster.logs(long), 60, "the GPUs to be busy")
+    slurm_id = slurm.run(
+        "sbatch", "--parsable", "-p", "one", "--gres=gpu:1", "--job-name=plain",
+        f"--output={tmp_path}/plain.out", "--wrap", "true",
+    ).strip()  # fmt: skip
+    wait_until(lambda: len(cluster.client.request("status")["jobs"]) == 2, 60, "it found")
+    cluster.cli("cancel", "j2")
+
+    def state() -> str:
+        return slurm.run("squeue", "-h", "-t", "all", "-j", slurm_id, "-o", "%T").strip()
+
+    wait_until(lambda: state() == "CANCELLED", 60, "its Slurm job to be cancelled")
+    assert cluster.state_of("j2") == "cancelled"
