@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from service.conftest import Cluster
 
 from tools.slurm_local import LocalSlurm, missing
 
@@ -31,6 +32,17 @@ def slurm(slurm_cluster: LocalSlurm) -> Iterator[LocalSlurm]:
     slurm_cluster.cancel_all()
     yield slurm_cluster
     slurm_cluster.cancel_all()
+
+
+@pytest.fixture
+def cluster(slurm: LocalSlurm, tmp_path: Path) -> Iterator[Cluster]:
+    """A coordinator (``--executor slurm`` where a test starts it so) beside the session's
+    Slurm, with the CLI's environment pointing at that Slurm."""
+    c = Cluster(tmp_path)
+    c.env["SLURM_CONF"] = str(slurm.conf)
+    yield c
+    c.close()
+    print(c.dump_logs())
 
 
 @pytest.fixture

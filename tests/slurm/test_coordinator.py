@@ -19,15 +19,6 @@ from tools.slurm_local import LocalSlurm, missing
 STEP = "0.05"
 
 
-@pytest.fixture
-def cluster(slurm: LocalSlurm, tmp_path: Path) -> Iterator[Cluster]:
-    c = Cluster(tmp_path)
-    c.env["SLURM_CONF"] = str(slurm.conf)
-    yield c
-    c.close()
-    print(c.dump_logs())
-
-
 def sacct_states(slurm: LocalSlurm, key: str) -> list[str]:
     """The runs of the Slurm job named after the Tiresias job ``key``, oldest first."""
     out = slurm.run("sacct", "-c", "-n", "-P", "-o", "jobname,state")

@@ -4,23 +4,12 @@ chooses, shown by ``tiresias status``."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
 from helpers import wait_until
 from service.conftest import Cluster
 
 from tools.slurm_local import LocalSlurm
-
-
-@pytest.fixture
-def cluster(slurm: LocalSlurm, tmp_path: Path) -> Iterator[Cluster]:
-    c = Cluster(tmp_path)
-    c.env["SLURM_CONF"] = str(slurm.conf)
-    yield c
-    c.close()
-    print(c.dump_logs())
 
 
 def test_a_plain_sbatch_job_is_held_and_scheduled_ahead_of_a_demoted_job(
