@@ -41,7 +41,7 @@ from coordinator.service import (
     slurm,
 )
 from coordinator.service import keys as curve
-from coordinator.service.commands import send
+from coordinator.service.commands import Forget, send
 from coordinator.service.executor import (
     Executor,
     ExecutorEvent,
@@ -194,6 +194,9 @@ class Coordinator:
     def _send_commands(self) -> None:
         commands, self.book.commands = self.book.commands, []
         send(commands, self.executor)
+        for cmd in commands:
+            if isinstance(cmd, Forget):  # finished for good: nothing of it is measured again
+                self.skew_estimator.forget(cmd.job_id)
 
     def when(self) -> When:
         return When(self.clock.now(), time.monotonic(), time.time())

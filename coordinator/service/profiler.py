@@ -128,6 +128,10 @@ class SkewStage:
         """Drop what is kept of a finished job."""
         self._jobs.pop(job_id, None)
 
+    def __contains__(self, job_id: str) -> bool:
+        """Whether anything of ``job_id`` is kept."""
+        return job_id in self._jobs
+
 
 # --- the node agent's half: run a PS job under the tap, measure it ---------------------------
 #: Seconds between two traffic measurements of a running PS job on a node.

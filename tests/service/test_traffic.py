@@ -188,5 +188,11 @@ def test_a_job_is_spread_or_packed_by_the_skew_measured_from_its_traffic(
         assert sorted(run(1, 300, 100)) == ["a", "b"]  # S_J 0.5: spread
         assert c.request("status", job_id=job)["job"]["skew"] == 0.75
         assert list(wait_until(placement, 5, "restart 2 to start")) == ["a"]  # S_J 0.75: packed
+        # once the job is done for good, the stage keeps nothing of it
+        agents["a"].command("launch")
+        done = {"node": "a", "job_id": job, "restart": 2, "outcome": "completed", "processes": []}
+        assert job in coord.skew_estimator
+        assert agents["a"].request("exited", **done)["type"] == "ok"
+        wait_until(lambda: job not in coord.skew_estimator, 5, "the stage to forget the job")
     for agent in agents.values():
         agent.close()
