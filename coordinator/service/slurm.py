@@ -28,6 +28,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from coordinator.protocol import PartOutcome
 from coordinator.service.executor import (
     FOUND_JOB,
     ExecutorEvent,
@@ -189,7 +190,7 @@ class SlurmExecutor:
         """A start that cannot be made: every process of it failed, saying why."""
         log.error("job %s restart %d: %s", gang.job_id, gang.restart, why)
         self._queued += [
-            PartExited(gang.job_id, gang.restart, node, "failed",
+            PartExited(gang.job_id, gang.restart, node, PartOutcome.FAILED,
                        [{"role": p.role, "task_index": p.task_index, "code": 127,
                          "log_tail": f"tiresias: {why}"} for p in procs])
             for node, procs in gang.parts.items()
@@ -205,10 +206,12 @@ class SlurmExecutor:
         except SlurmError as e:  # e.g. cancelled behind our back: the start is lost
             log.error("job %s restart %d: %s", start.job_id, start.restart, e)
             start.ended = True
-            gone = "failed" if start.adopted else "killed"  # an sbatch job cancelled by its user
+            gone = (
+                PartOutcome.FAILED if start.adopted else PartOutcome.KILLED
+            )  # an sbatch job cancelled by its user
             self._queued += [PartExited(start.job_id, start.restart, n, gone) for n in start.nodes]
 
-    def _never_ran(self, start: Start, outcome: str) -> bool:
+    def _never_ran(self, start: Start, outcome: PartOutcome) -> bool:
         """Stop a start still waiting for its release: it stays held, ready for the next."""
         if start.released:
             return False
@@ -227,7 +230,11 @@ class SlurmExecutor:
         self, job_id: str, restart: int, nodes: Sequence[str], signal: str, grace: float
     ) -> None:
         start = self._current(job_id, restart)
-        if start is None or start.stopping is not None or self._never_ran(start, "preempted"):
+        if (
+            start is None
+            or start.stopping is not None
+            or self._never_ran(start, PartOutcome.PREEMPTED)
+        ):
             return
         start.stopping, start.deadline = "preempt", time.monotonic() + grace
         if start.adopted:  # a plain batch script cannot checkpoint: requeued held now
@@ -251,7 +258,7 @@ class SlurmExecutor:
 
     def kill(self, job_id: str, restart: int, nodes: Sequence[str], grace: float = 0.0) -> None:
         start = self._current(job_id, restart)
-        if start is None or self._never_ran(start, "killed"):
+        if start is None or self._never_ran(start, PartOutcome.KILLED):
             return
         start.stopping = start.stopping or "kill"
         start.deadline = min(start.deadline or float("inf"), time.monotonic() + grace)

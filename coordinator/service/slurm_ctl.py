@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from coordinator.protocol import PartOutcome
 from coordinator.service.executor import ExecutorEvent, Gang, RunBegan
 from coordinator.service.parts import log_tail
 from coordinator.service.slurm_task import log_dir
@@ -98,21 +99,22 @@ def gpu_count(gres: str) -> int:
     return total
 
 
-def outcome(procs: Sequence[Mapping[str, Any]], stopping: str | None) -> str:
+def outcome(procs: Sequence[Mapping[str, Any]], stopping: str | None) -> PartOutcome:
     """A node's part outcome from its processes' codes (None: killed, no code), as the agent
     judges it: failure first; a completed chief; under preemption, checkpointed only when the
     chief exited 75; a checkpoint nobody asked for; else killed."""
     codes = [p["code"] for p in procs]
     if any(c not in (0, EXIT_CHECKPOINTED, None) and c >= 0 for c in codes):
-        return "failed"
+        return PartOutcome.FAILED
     chief = [p["code"] for p in procs if p["role"] == "chief"]
     if chief == [0] or (codes and all(c == 0 for c in codes)):
-        return "completed"
+        return PartOutcome.COMPLETED
     if stopping == "preempt":
-        return "checkpointed" if (chief or codes)[:1] == [EXIT_CHECKPOINTED] else "preempted"
+        checkpointed = (chief or codes)[:1] == [EXIT_CHECKPOINTED]
+        return PartOutcome.CHECKPOINTED if checkpointed else PartOutcome.PREEMPTED
     if EXIT_CHECKPOINTED in codes:
-        return "checkpointed"
-    return "killed"
+        return PartOutcome.CHECKPOINTED
+    return PartOutcome.KILLED
 
 
 def process_exit(jobdir: Path, exit: Mapping[str, Any]) -> dict[str, Any]:
