@@ -37,9 +37,11 @@ CONTRACT (used by coordinator/service and coordinator/sim; extend, don't change)
         Began(job_id, at, now)             #   the current run really started at ``at``
         Cancel(job_id, now)                #   [] for a waiting job, [Kill] for a running one
         NodeUp(node, now) / NodeDown(name, now)
+        NodeDrain(name, drained, now)      #   up, its jobs run on, no new ones (or again)
         UpdateSkew(job_id, skew) ; UpdateCheckpointable(job_id, checkpointable, now)
         UpdateCosts(job_id, checkpoint_s, restore_s)   # measured or modelled seconds
         SetPackLimit(value)                #   a learned PACKLIMIT (skew placement)
+        Retire(job_id)                     #   the shell stored the finished job: forget it
         Schedule(now)                      #   one scheduling pass: its decisions
     Each event also has its method (sched.submit(spec, now), sched.schedule(now), …, with
     node_down returning the ids of the jobs it stopped); the service journals events, the
@@ -47,7 +49,8 @@ CONTRACT (used by coordinator/service and coordinator/sim; extend, don't change)
     sched.next_wakeup(now) -> float | None         # next time the policy wants a pass with no
                                                    # outside event (threshold crossing,
                                                    # starvation promotion, interval, time slice)
-    sched.job(job_id) -> Job ; sched.jobs() -> Iterable[Job] (active first)
+    sched.job(job_id) -> Job ; sched.jobs() -> Iterable[Job] (active first, then those
+    finished and not retired yet) ; sched.retired -> int (jobs retired, ever)
     sched.free_gpus() -> {node: (free indices)} ; sched.policy.key(job, now) (rank of any
     active job) ; sched.export_state() -> dict (JSON/msgpack-able) ;
     Scheduler.from_state(d, policy, placement)
@@ -55,16 +58,21 @@ CONTRACT (used by coordinator/service and coordinator/sim; extend, don't change)
     (read by coordinator.core.explain).
 
 Semantics:
-- ``Start`` marks the job RUNNING at ``now`` and takes its GPUs. ``Preempt`` marks it
-  PREEMPTING: its service stops accruing at ``now`` but its GPUs stay taken until
-  ``exited(…, CHECKPOINTED)``, which makes it WAITING again. The simulator applies the exits
-  itself (at ``now`` or after a modelled checkpoint cost) and calls ``schedule`` again.
+- ``Start`` marks the job RUNNING at ``now`` and takes its GPUs (with ``await_begin`` it
+  accrues no service and runs no policy timer until ``Began``: ``Job.awaiting``).
+  ``Preempt`` marks it PREEMPTING: its service stops accruing at ``now`` but its GPUs stay
+  taken until ``exited(…, CHECKPOINTED)``, which makes it WAITING again. The simulator
+  applies the exits itself (at ``now`` or after a modelled checkpoint cost) and calls
+  ``schedule`` again.
 - ``exited(COMPLETED)`` → COMPLETED; ``FAILED`` → FAILED; ``CHECKPOINTED``/``LOST`` → WAITING
   (restarts += 1), or CANCELLED when a cancel was requested.
 - Deterministic: the same calls in the same order give the same decisions (ties by arrival,
   then job id). No wall clock, no randomness, no I/O.
 - A pass costs O(jobs it looks at until the cluster is full), not O(all jobs ever seen):
-  finished jobs leave the active structures.
+  finished jobs leave the active structures. A finished job stays answerable (``job``) until
+  ``Retire``; then nothing of it is kept but what the policy learned (service samples) and
+  the count, so a snapshot holds the active jobs only. A retired job's id is unknown to the
+  core (the shell keeps ids unique).
 - Details pinned by tests/core: ``cancel`` also answers [Kill] for a PREEMPTING job (the
   shell may escalate) and [] for a finished one; ``node_down`` stops the service of the jobs
   it returns (PREEMPTING) and forgets the node's GPUs, while their GPUs on other nodes stay
@@ -84,7 +92,9 @@ from coordinator.core.events import (
     Event,
     Exited,
     NodeDown,
+    NodeDrain,
     NodeUp,
+    Retire,
     Schedule,
     SetPackLimit,
     Submit,
@@ -139,10 +149,12 @@ __all__ = [
     "Kill",
     "Node",
     "NodeDown",
+    "NodeDrain",
     "NodeUp",
     "Placement",
     "Policy",
     "Preempt",
+    "Retire",
     "Schedule",
     "Scheduler",
     "SchedulerConfig",

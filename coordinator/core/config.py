@@ -32,6 +32,11 @@ QUEUE_ORDERS: tuple[str, ...] = ("running-first", "first-start")
 DEFAULT_QUEUE_ORDER = "running-first"
 
 
+#: An elastic job grows only after running this many times its checkpoint and restore cost:
+#: under least-attained-service, the run still ahead is expected to be about the run so far.
+ELASTIC_PAYBACK = 10.0
+
+
 @dataclass(frozen=True)
 class SchedulerConfig:
     """``queue_thresholds``: Q_1^hi < … < Q_{K-1}^hi in GPU-seconds of attained service (K =
@@ -49,7 +54,13 @@ class SchedulerConfig:
     service (``coordinator.core.queued.Queued``). ``service_groups``: features
     (``SERVICE_FEATURES``) that group similar jobs; tiresias-l and tiresias-g then rank the
     waiting jobs of a queue by the Gittins index of what completed jobs of their group
-    needed (``coordinator.core.gittins.ServiceGroups``); empty: FIFO by first start."""
+    needed (``coordinator.core.gittins.ServiceGroups``); empty: FIFO by first start.
+    ``await_begin``: a started job awaits its run's real begin (``Began``, which the shell's
+    executor reports: Slurm starts a released job on its next pass, or later) before its
+    service accrues and its policy timers run; off where a start is its begin (the agents
+    spawn at the launch, the simulator starts at the decision). ``elastic_payback``: an
+    elastic job below its ask grows only once it has run this many times its checkpoint and
+    restore cost (``coordinator.core.elastic``)."""
 
     queue_thresholds: tuple[float, ...] = DEFAULT_QUEUE_THRESHOLDS
     promote_knob: float = math.inf
@@ -61,6 +72,8 @@ class SchedulerConfig:
     cheap_victims: bool = False
     learn_thresholds: bool = False
     service_groups: tuple[str, ...] = ()
+    await_begin: bool = False
+    elastic_payback: float = ELASTIC_PAYBACK
 
     def __post_init__(self) -> None:
         q = tuple(float(x) for x in self.queue_thresholds)
@@ -71,7 +84,7 @@ class SchedulerConfig:
             raise CoreError(f"promote_knob must be > 0 (inf disables), got {self.promote_knob}")
         if not (self.interval >= 0 and math.isfinite(self.interval)):
             raise CoreError(f"interval must be a finite number >= 0, got {self.interval}")
-        for name in ("min_run", "min_run_restores"):
+        for name in ("min_run", "min_run_restores", "elastic_payback"):
             value = getattr(self, name)
             if not (value >= 0 and math.isfinite(value)):
                 raise CoreError(f"{name} must be a finite number >= 0, got {value}")
@@ -81,9 +94,8 @@ class SchedulerConfig:
             )
         groups = tuple(str(f) for f in self.service_groups)
         object.__setattr__(self, "service_groups", groups)
-        if bad := [f for f in groups if f not in SERVICE_FEATURES] or len(set(groups)) < len(
-            groups
-        ):
+        bad = [f for f in groups if f not in SERVICE_FEATURES]
+        if bad or len(set(groups)) < len(groups):
             raise CoreError(
                 f"service groups are distinct features among {', '.join(SERVICE_FEATURES)}, "
                 f"got {', '.join(map(str, bad or groups))}"
@@ -107,6 +119,8 @@ class SchedulerConfig:
             "cheap_victims": self.cheap_victims,
             "learn_thresholds": self.learn_thresholds,
             "service_groups": list(self.service_groups),
+            "await_begin": self.await_begin,
+            "elastic_payback": self.elastic_payback,
         }
 
     @classmethod
@@ -124,4 +138,6 @@ class SchedulerConfig:
             cheap_victims=bool(d.get("cheap_victims", False)),
             learn_thresholds=bool(d.get("learn_thresholds", False)),
             service_groups=tuple(d.get("service_groups", ())),  # type: ignore[arg-type]
+            await_begin=bool(d.get("await_begin", False)),
+            elastic_payback=float(d.get("elastic_payback", ELASTIC_PAYBACK)),  # type: ignore[arg-type]
         )

@@ -14,7 +14,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from coordinator.core.model import CoreError, ExitOutcome, JobSpec, Node
+from coordinator.core.model import CoreError, ExitOutcome, JobSpec, Node, Stop, StopReason
 
 
 @dataclass(frozen=True)
@@ -37,12 +37,14 @@ class Submit:
 @dataclass(frozen=True)
 class Exited:
     """All processes of a running or preempting job have exited; a running one ``ended``
-    then (e.g. Slurm's end time, before the shell saw it; None: ``now``)."""
+    then (e.g. Slurm's end time, before the shell saw it; None: ``now``). ``stop``: why the
+    run ended, when it did not complete (its history's words; None: not known)."""
 
     job_id: str
     now: float
     outcome: ExitOutcome
     ended: float | None = None
+    stop: Stop | None = None
     kind: ClassVar[str] = "exited"
 
 
@@ -85,6 +87,17 @@ class NodeDown:
 
 
 @dataclass(frozen=True)
+class NodeDrain:
+    """A node keeps its running jobs but takes no new ones (``drained``: e.g. Slurm drains
+    it, or still ends a job there), or takes them again."""
+
+    name: str
+    drained: bool
+    now: float
+    kind: ClassVar[str] = "node_drain"
+
+
+@dataclass(frozen=True)
 class UpdateSkew:
     """The job's measured or estimated skew S_J (None: unknown)."""
 
@@ -101,6 +114,27 @@ class UpdateCheckpointable:
     checkpointable: bool
     now: float
     kind: ClassVar[str] = "checkpointable"
+
+
+@dataclass(frozen=True)
+class Pin:
+    """The elastic job's runtime cannot keep its global batch at another size: it runs rigid
+    on the GPUs of its current run from now on (``Job.pin``)."""
+
+    job_id: str
+    now: float
+    kind: ClassVar[str] = "pin"
+
+
+@dataclass(frozen=True)
+class Release:
+    """The elastic job's runtime keeps its global batch at another size (``resizable: true``):
+    the core may resize it within its range from now on (``Job.release``); until then it
+    runs at the size of its first run (``Job.hold``)."""
+
+    job_id: str
+    now: float
+    kind: ClassVar[str] = "release"
 
 
 @dataclass(frozen=True)
@@ -121,6 +155,15 @@ class SetPackLimit:
     kind: ClassVar[str] = "packlimit"
 
 
+@dataclass(frozen=True)
+class Retire:
+    """The shell has stored the finished job ``job_id``: the core forgets it (its id, state
+    and times are the shell's from now on; what the policy learned from it stays)."""
+
+    job_id: str
+    kind: ClassVar[str] = "retire"
+
+
 Event = (
     Schedule
     | Submit
@@ -129,10 +172,14 @@ Event = (
     | Cancel
     | NodeUp
     | NodeDown
+    | NodeDrain
     | UpdateSkew
     | UpdateCheckpointable
+    | Pin
+    | Release
     | UpdateCosts
     | SetPackLimit
+    | Retire
 )
 
 EVENT_TYPES: tuple[type[Event], ...] = (
@@ -143,10 +190,14 @@ EVENT_TYPES: tuple[type[Event], ...] = (
     Cancel,
     NodeUp,
     NodeDown,
+    NodeDrain,
     UpdateSkew,
     UpdateCheckpointable,
+    Pin,
+    Release,
     UpdateCosts,
     SetPackLimit,
+    Retire,
 )
 _BY_KIND: dict[str, type[Event]] = {t.kind: t for t in EVENT_TYPES}
 #: Wire argument names that differ from the field names (the journal's older spelling).
@@ -165,6 +216,13 @@ def to_wire(event: Event) -> tuple[str, dict[str, Any]]:
             value = dataclasses.asdict(value)
         elif isinstance(value, ExitOutcome):
             value = value.value
+        if isinstance(value, Stop):  # its reason and exit status sit beside the others
+            args["reason"] = value.reason.value
+            told = (("code", value.code), ("node", value.node))
+            args.update((k, v) for k, v in told if v is not None)
+            continue
+        if value is None and f.name == "stop":
+            continue  # journals written before stops were told carry none
         if isinstance(value, Node):  # its fields sit beside the others
             args["name"], args["gpus"] = value.name, list(value.gpus)
             if value.switch is not None:
@@ -187,7 +245,10 @@ def from_wire(kind: str, args: dict[str, Any]) -> Event:
             return Submit(JobSpec(**args["spec"]), args["now"])
         if cls is Exited:
             outcome = ExitOutcome(args["outcome"])
-            return Exited(args["job_id"], args["now"], outcome, args.get("ended"))
+            reason = args.get("reason")
+            told = (args.get("code"), args.get("node"))
+            stop = None if reason is None else Stop(StopReason(reason), *told)
+            return Exited(args["job_id"], args["now"], outcome, args.get("ended"), stop)
         if cls is NodeUp:
             node = Node(args["name"], tuple(args["gpus"]), args.get("switch"))
             return NodeUp(node, args["now"])

@@ -1,9 +1,11 @@
-"""Why a waiting job is not running, and where it stands in line: read from a scheduler as a
-pass left it, by replaying that pass's rules without changing anything. The service shows the
-result in ``tiresias queue``/``status`` and the dashboard; the simulator writes it per job
-(``tiresias-sim --out DIR --reasons``), so both tell the same story for the same events.
+"""Why a waiting job is not running, and where it stands in line: the scheduler's last pass
+decision (``Scheduler.outcome``: ``coordinator.core.selection``) put into words; nothing here
+decides. ``explain`` words every waiting job (or those a filter picks), ``explain_jobs`` a
+page of them at the cost of the page. The service shows the result in ``tiresias
+queue``/``status`` and the dashboard; the simulator writes it per job (``tiresias-sim --out
+DIR --reasons``), so both tell the same story for the same events.
 
-Reasons (``Pending.reason``), the first that applies:
+Reasons (``Pending.reason``, ``selection.Reason``), the first that applies:
 
 - ``nodes``: the job needs more GPUs than the nodes that are up have (a node is down);
 - ``blocked``: a non-preemptive blocking policy (yarn-cs) starts jobs in order, and a job
@@ -18,12 +20,17 @@ Reasons (``Pending.reason``), the first that applies:
 
 from __future__ import annotations
 
+import bisect
+import functools
 import math
-from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 
 from coordinator.core.model import Job, JobState, Node
+from coordinator.core.placement import packlimit_of
+from coordinator.core.policy_base import Key, thresholds_of
 from coordinator.core.scheduler import Scheduler
+from coordinator.core.selection import Ahead, AheadIndex, Decided, Reason
 
 
 @dataclass(frozen=True)
@@ -40,7 +47,7 @@ class Pending:
     overall: int
     reason: str
     text: str
-    gpus: int
+    gpus: int  # the GPUs it starts on: its ask, or an elastic job's minimum
     free_gpus: int
     capacity: int
     ahead: int
@@ -48,7 +55,7 @@ class Pending:
     promotion_at: float | None
 
     def to_dict(self) -> dict[str, object]:
-        return asdict(self)
+        return dict(vars(self))  # its fields are plain values (asdict copied each deeply)
 
 
 def duration_text(seconds: float) -> str:
@@ -72,100 +79,159 @@ def queue_name(index: int) -> str:
     return f"Q{index + 1}"
 
 
-@dataclass(frozen=True)
-class _Ahead:
-    """The jobs that take GPUs before a waiting job: ``jobs`` ranked ahead of it (``gpus``,
-    per queue), plus running jobs inside their minimum run time whatever their rank."""
-
-    jobs: int = 0
-    gpus: int = 0
-    by_queue: tuple[tuple[int, int], ...] = ()
-    guarded: tuple[Job, ...] = ()
-    guarded_gpus: int = 0
-    fixed: Job | None = None  # the first running one ahead that cannot be checkpointed
-
-    @property
-    def total_gpus(self) -> int:
-        return self.gpus + self.guarded_gpus
-
-
 def explain(
     sched: Scheduler, now: float, wanted: Callable[[Job, str], bool] | None = None
 ) -> dict[str, Pending]:
     """Every WAITING job's place and reason, in the policy's order; with ``wanted``, only
-    the jobs ``wanted(job, reason)`` picks (every waiting job is walked to know the others'
-    places, but the words, which cost the most, are made for these only). O(active jobs)."""
+    the jobs ``wanted(job, reason)`` picks (every waiting job's reason is read to know the
+    others' places, but the words, which cost the most, are made for these only)."""
     policy = sched.policy
-    order = [policy.job(k) for k in policy.waiting_order()]
-    if not order:
-        return {}
-    free = {n: len(g) for n, g in sched.free_gpus().items()}
-    nodes = sched.nodes()
-    capacity = sum(len(nodes[n].gpus) for n in free)
-    holders = [j for j in active_jobs(sched) if j.allocation is not None]
-    releasing = [j for j in holders if j.state is JobState.PREEMPTING and not j.cancel_requested]
-    if policy.preemptive:
-        turns = _preemptive_turns(sched, order, capacity, now)
-    else:  # running jobs hold their GPUs whatever their rank; decided against free GPUs
-        running = [j for j in holders if j.state is JobState.RUNNING]
-        held = _Ahead(len(running), sum(j.gpus for j in running))
-        turns = dict.fromkeys((j.job_id for j in order), held)
+    words = _Words(sched, now)
     out: dict[str, Pending] = {}
     per_queue: dict[int, int] = {}
-    blocker: Job | None = None
-    left = dict(free)
-    n_free = free_total = sum(free.values())
-    for overall, job in enumerate(order, 1):
-        per_queue[job.queue] = per_queue.get(job.queue, 0) + 1
-        ahead = turns[job.job_id]
-        choice = None
-        if job.gpus > capacity:
-            reason = "nodes"
-        elif blocker is not None:
-            reason = "blocked"
-        elif policy.preemptive and ahead.total_gpus + job.gpus > capacity:
-            reason = "gpus"
-        elif job.gpus > n_free:
-            reason = ("releasing" if releasing else "next-pass") if policy.preemptive else "gpus"
-        else:
-            choice = sched.placement.choose(job, left, nodes)
-            reason = "placement" if choice is None else "next-pass"
+    for overall, key in enumerate(policy.waiting_order(), 1):
+        job = policy.job(key)
+        per_queue[job.queue] = position = per_queue.get(job.queue, 0) + 1
+        reason = words.reason(job, key)
         if wanted is None or wanted(job, reason):
-            promotion = _promotion_at(job, sched)
-            if reason == "nodes":
-                text = _nodes_text(job, capacity)
-            elif reason == "blocked":
-                assert blocker is not None
-                text = _blocked_text(blocker, policy.name)
-            elif reason == "gpus":
-                text = _gpus_text(job, n_free, ahead, capacity, sched, now)
-            elif reason == "releasing":
-                text = _releasing_text(releasing)
-            elif reason == "placement":
-                text = _placement_text(job, left, nodes)
-            else:
-                text = "starts at the next scheduling pass"
-            out[job.job_id] = Pending(
-                job_id=job.job_id,
-                queue=job.queue,
-                position=per_queue[job.queue],
-                overall=overall,
-                reason=reason,
-                text=text + _context(job, sched, now, promotion),
-                gpus=job.gpus,
-                free_gpus=free_total,
-                capacity=capacity,
-                ahead=ahead.jobs + len(ahead.guarded),
-                ahead_gpus=ahead.total_gpus,
-                promotion_at=promotion,
-            )
-        if choice is not None:  # it takes these GPUs at the next pass
-            for n, k in choice.items():
-                left[n] -= k
-                n_free -= k
-        if policy.blocking and reason != "next-pass" and blocker is None:
-            blocker = job
+            out[job.job_id] = words.pending(job, key, reason, position, overall)
     return out
+
+
+def explain_jobs(sched: Scheduler, now: float, job_ids: Iterable[str]) -> dict[str, Pending]:
+    """The place and reason of those of ``job_ids`` that wait, in the policy's order: read
+    from the last pass (no other job is looked at but the running ones ahead), for a page."""
+    policy = sched.policy
+    order = policy.waiting_order()
+    keyed = sorted((k, policy.job(k)) for k in map(policy.waiting_key, job_ids) if k is not None)
+    if not keyed:  # none of them waits: nothing to word (a running job's status)
+        return {}
+    words = _Words(sched, now)
+    queued = thresholds_of(policy) is not None  # their keys lead with the queue
+    out: dict[str, Pending] = {}
+    for key, job in keyed:
+        overall = bisect.bisect_left(order, key) + 1
+        position = overall - bisect.bisect_left(order, (job.queue,)) if queued else overall
+        out[job.job_id] = words.pending(job, key, words.reason(job, key), position, overall)
+    return out
+
+
+class _Words:
+    """One scheduler's pass outcome (``Scheduler.outcome``) put into words, job by job in
+    the policy's order (``reason`` then ``pending``, for increasing keys)."""
+
+    def __init__(self, sched: Scheduler, now: float) -> None:
+        self.sched, self.now = sched, now
+        self.decided = sched.outcome(now)
+        self.capacity = self.decided.capacity
+        # the free GPUs before the pass's starts, indexed: their total and the largest node
+        # are read, not summed over every node (a view of one job costs the same on 1,000)
+        counts = self.decided.counts
+        taken = sum(sum(choice.values()) for _, choice in self.decided.starts)
+        self.left = counts.total - taken  # free once the pass's starts took theirs
+        self.started = self.decided.started
+        self.free_total = self.left + sum(j.gpus for j, _ in self.decided.starts)
+        self.walk = _walk(sched, now, self.decided) if sched.policy.preemptive else None
+        self.largest = counts.largest_node  # the most GPUs of one node that is up
+        self._releasing: list[Job] | None = None
+        self._running: Ahead | None = None
+
+    @functools.cached_property
+    def free(self) -> dict[str, int]:
+        """Free GPUs per node once the pass's starts took theirs: O(nodes), made only to
+        word a placement's refusal."""
+        return self.decided.free
+
+    def releasing(self) -> list[Job]:
+        """The jobs that still hold GPUs after a preemption (a cancel's are stopping)."""
+        if self._releasing is None:
+            self._releasing = [
+                j
+                for j in active_jobs(self.sched)
+                if j.state is JobState.PREEMPTING and j.allocation and not j.cancel_requested
+            ]
+        return self._releasing
+
+    def reason(self, job: Job, key: Key) -> Reason:
+        decided = self.decided
+        if job.spec.smallest > self.capacity:
+            return Reason.NODES
+        if decided.blocker is not None and key > decided.blocker:
+            return Reason.BLOCKED
+        if job.job_id in self.started:
+            return Reason.NEXT_PASS
+        if self.walk is None:  # non-preemptive: tried in order on the free GPUs
+            return Reason.GPUS if job.spec.smallest > self.left else Reason.PLACEMENT
+        refused = decided.refused.get(job.job_id)
+        if refused is None:
+            return Reason.GPUS  # not selected: the jobs ahead of it take the capacity
+        if refused is Reason.RELEASING and not self.releasing():
+            return Reason.NEXT_PASS
+        return refused
+
+    def ahead(self, key: Key) -> Ahead:
+        if self.walk is not None:
+            return self.walk.at(key)
+        if self._running is None:  # non-preemptive: every running job is ahead, once a page
+            running = [j for j in active_jobs(self.sched) if j.state is JobState.RUNNING]
+            self._running = Ahead(len(running), sum(j.gpus for j in running))
+        return self._running
+
+    def pending(self, job: Job, key: Key, reason: Reason, position: int, overall: int) -> Pending:
+        sched, now = self.sched, self.now
+        ahead = self.ahead(key)
+        promotion = _promotion_at(job, sched)
+        if reason is Reason.NODES:
+            text = _nodes_text(job, self.capacity)
+        elif reason is Reason.BLOCKED:
+            assert self.decided.blocker is not None
+            text = _blocked_text(sched.policy.job(self.decided.blocker), sched.policy.name)
+        elif reason is Reason.GPUS:
+            text = _gpus_text(job, self.left, ahead, self.capacity, sched, now)
+        elif reason is Reason.RELEASING:
+            text = _releasing_text(self.releasing())
+        elif reason is Reason.PLACEMENT:
+            text = _placement_text(job, self.free, sched.nodes())
+        else:
+            text = "starts at the next scheduling pass"
+        return Pending(
+            job_id=job.job_id,
+            queue=job.queue,
+            position=position,
+            overall=overall,
+            reason=reason.value,
+            text=text + _context(job, sched, now, promotion, self.largest),
+            gpus=job.spec.smallest,
+            free_gpus=self.free_total,
+            capacity=self.capacity,
+            ahead=ahead.jobs + len(ahead.guarded),
+            ahead_gpus=ahead.total_gpus,
+            promotion_at=promotion,
+        )
+
+
+def _walk(sched: Scheduler, now: float, decided: Decided) -> AheadIndex:
+    """Who takes GPUs before each waiting job: as the decision selected them when it was not
+    acted on; after a pass, the running jobs as it left them (those it started among them)
+    and the jobs it selected but could not start. The latter is kept with the decision, for
+    every view until the next change, while the running order and the guards stay (no guard
+    has ended, and the policy's running keys do not move with time)."""
+    sel = decided.selection
+    if sel is not None:
+        return AheadIndex(sel.rkeys, sel.guarded, sel.drop, sel.chosen, sched.job, sel.sizes)
+    policy = sched.policy
+    rkeys, _ = policy.running_order(now)
+    until = sched.guards()
+    steady = min(until.values(), default=math.inf) > now  # no guard has ended yet
+    kept = decided.ahead
+    if steady and kept is not None and kept[0] is rkeys and kept[1] == until:
+        return kept[2]
+    guarded = [t for t, k in enumerate(rkeys) if until.get(k[-1], -math.inf) > now]
+    chosen = sorted(k for k in map(policy.waiting_key, decided.refused) if k is not None)
+    index = AheadIndex(rkeys, guarded, (), chosen, sched.job)
+    if steady:
+        decided.ahead = (rkeys, until, index)
+    return index
 
 
 def active_jobs(sched: Scheduler) -> list[Job]:
@@ -179,51 +245,18 @@ def active_jobs(sched: Scheduler) -> list[Job]:
     return out
 
 
-def _preemptive_turns(
-    sched: Scheduler, order: list[Job], capacity: int, now: float
-) -> dict[str, _Ahead]:
-    """For each waiting job, the jobs that take GPUs before it in a preemptive pass: running
-    jobs inside their minimum run time (whatever their rank), then, in the policy's merged
-    order, running jobs that fit and waiting jobs that fit (the scheduler's selection)."""
-    policy = sched.policy
-    rkeys, _ = policy.running_order(now)
-    guards = sched.guards()
-    guarded = tuple(policy.job(k) for k in rkeys if guards.get(k[-1], -math.inf) > now)
-    guarded_ids = {j.job_id for j in guarded}
-    guarded_gpus = sum(j.gpus for j in guarded)
-    budget = capacity - guarded_gpus
-    jobs = gpus = 0
-    by_queue: dict[int, int] = {}
-    fixed: Job | None = None
-    turns: dict[str, _Ahead] = {}
-    r = 0
-
-    def take(j: Job) -> None:
-        nonlocal budget, jobs, gpus
-        budget -= j.gpus
-        jobs += 1
-        gpus += j.gpus
-        by_queue[j.queue] = by_queue.get(j.queue, 0) + 1
-
-    for wk, job in zip(policy.waiting_order(), order, strict=True):
-        while r < len(rkeys) and rkeys[r] < wk:
-            running = policy.job(rkeys[r])
-            if running.job_id not in guarded_ids and running.gpus <= budget:
-                take(running)
-                if fixed is None and not running.checkpointable:
-                    fixed = running
-            r += 1
-        turns[job.job_id] = _Ahead(
-            jobs, gpus, tuple(sorted(by_queue.items())), guarded, guarded_gpus, fixed
-        )
-        if job.gpus <= budget:
-            take(job)
-    return turns
+def start_text(job: Job) -> str:
+    """The GPUs a waiting job starts on: its ask, or an elastic job's minimum ("2 of its 2
+    to 8 GPUs": it starts on what is left once it has that many)."""
+    least = job.spec.smallest
+    if least == job.spec.gpus:
+        return gpus_text(least)
+    return f"{least} of its {least} to {job.spec.gpus} GPUs"
 
 
 def _nodes_text(job: Job, capacity: int) -> str:
     return (
-        f"needs {gpus_text(job.gpus)} but the nodes that are up have {capacity}: "
+        f"needs {start_text(job)} but the nodes that are up have {capacity}: "
         f"it waits for a node to come back"
     )
 
@@ -233,12 +266,12 @@ def _blocked_text(head: Job, policy: str) -> str:
 
 
 def _gpus_text(
-    job: Job, n_free: int, ahead: _Ahead, capacity: int, sched: Scheduler, now: float
+    job: Job, n_free: int, ahead: Ahead, capacity: int, sched: Scheduler, now: float
 ) -> str:
     one = ahead.jobs == 1
     if sched.policy.preemptive:
         where = ", ".join(f"{queue_name(q)}: {n}" for q, n in ahead.by_queue)
-        queued = hasattr(sched.policy, "thresholds")
+        queued = thresholds_of(sched.policy) is not None
         who = f"the {ahead.jobs} job{'s' * (not one)} ahead of it" + (
             f" ({where})" if queued else ""
         )
@@ -260,7 +293,7 @@ def _gpus_text(
         )
     if ahead.fixed is not None:
         parts.append(f"{ahead.fixed.job_id} cannot be checkpointed, so it keeps its GPUs first")
-    return f"waiting for {gpus_text(job.gpus)} ({n_free} free): " + "; ".join(parts)
+    return f"waiting for {start_text(job)} ({n_free} free): " + "; ".join(parts)
 
 
 def _releasing_text(releasing: list[Job]) -> str:
@@ -282,16 +315,17 @@ def _placement_text(job: Job, free: Mapping[str, int], nodes: Mapping[str, Node]
 
 def _promotion_at(job: Job, sched: Scheduler) -> float | None:
     knob = sched.config.promote_knob
-    if not hasattr(sched.policy, "thresholds") or job.queue == 0 or not math.isfinite(knob):
+    if thresholds_of(sched.policy) is None or job.queue == 0 or not math.isfinite(knob):
         return None
     assert job.wait_since is not None
     return job.wait_since + knob * job.executed
 
 
-def _context(job: Job, sched: Scheduler, now: float, promotion: float | None) -> str:
-    """Why it ranks where it does: its queue, a past preemption, a coming promotion."""
+def _context(job: Job, sched: Scheduler, now: float, promotion: float | None, largest: int) -> str:
+    """Why it ranks where it does: its queue, a past preemption, a coming promotion;
+    ``largest``: the most GPUs of one node."""
     parts = []
-    thresholds = getattr(sched.policy, "thresholds", None)
+    thresholds = thresholds_of(sched.policy)
     if thresholds is not None and job.queue > 0:
         parts.append(
             f"in {queue_name(job.queue)} since its service passed {thresholds[job.queue - 1]:,.0f}"
@@ -303,10 +337,12 @@ def _context(job: Job, sched: Scheduler, now: float, promotion: float | None) ->
     if promotion is not None:
         parts.append(f"starvation promotion to Q1 in {duration_text(promotion - now)}")
     placement = sched.placement
-    packlimit = getattr(placement, "packlimit", None)
+    packlimit = packlimit_of(placement)
     if packlimit is not None and job.gpus > 1:
         skew = job.spec.skew
-        if skew is None:
+        if job.gpus > largest:  # consolidation is impossible, whatever the skew
+            parts.append(f"it will be spread: no node has {job.gpus} GPUs")
+        elif skew is None:
             parts.append("it will be consolidated (skew not measured yet)")
         elif skew > packlimit:
             parts.append(f"it will be consolidated (skew {skew:.2f} > PACKLIMIT {packlimit:.2f})")

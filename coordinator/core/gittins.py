@@ -101,6 +101,8 @@ class ServiceDistribution:
         within = self._prefix[j] - self._prefix[i]
         if not authors:
             within -= done * a
+            if within <= 0.0:  # prefix sums rounded away samples a hair above a
+                within = math.fsum(s - a for s in self._sorted[i:j])  # each > 0 exactly
         return done / (within + (len(self._sorted) - j) * delta)
 
     def quantiles(self, count: int) -> list[float]:
@@ -181,7 +183,7 @@ GROUP_MIN_SAMPLES = 3
 #: Jobs of one group (less the batch) submitted within this many seconds of the first one
 #: form one batch: a sweep, or a user's burst of similar runs.
 BATCH_SPAN = 3600.0
-_WHOLE_JOB = 1e300  # Δ past every sample (finite: no sample is left to weigh it)
+WHOLE_JOB = 1e300  # Δ past every sample (finite: no sample is left to weigh it)
 
 
 class ServiceGroups:
@@ -267,7 +269,7 @@ class ServiceGroups:
         if (g := self._memo.get(memo)) is None:
             if len(self._memo) > 100_000:
                 self._memo.clear()
-            g = self._memo[memo] = d.index(a, _WHOLE_JOB if horizon is None else horizon, False)
+            g = self._memo[memo] = d.index(a, WHOLE_JOB if horizon is None else horizon, False)
         return g
 
     def learn(self, job: Job, service: float) -> list[tuple[object, ...]]:

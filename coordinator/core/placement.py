@@ -1,7 +1,8 @@
 """Placement plug-ins: turn a job's GPU count into a GPU count per node (paper §3.3).
 
 A placement sees the free GPU counts of every node that is up (``free``: node → free GPUs,
-0 included) and the node descriptions (size, switch); the scheduler picks the concrete GPU indices.
+0 included, indexed by count, switch and whole free nodes: ``coordinator.core.free``); the
+scheduler picks the concrete GPU indices.
 Returning ``None`` means "not now": the job waits (all-or-nothing). Ties break by node name,
 so placement is deterministic.
 """
@@ -9,10 +10,10 @@ so placement is deterministic.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
-from typing import ClassVar
+from typing import ClassVar, Protocol, runtime_checkable
 
-from coordinator.core.model import CoreError, Job, Node
+from coordinator.core.free import Counts, FreeCounts, SwitchCounts
+from coordinator.core.model import CoreError, Job
 
 #: Default PACKLIMIT for ``skew`` until the service has learned one from history. Skew is the
 #: busiest parameter server's share of traffic; 0.5 means "one server carries half of it",
@@ -23,43 +24,52 @@ DEFAULT_PACKLIMIT = 0.5
 Choice = dict[str, int]
 
 
+@runtime_checkable
+class PackLimited(Protocol):
+    """A placement's capability: it packs or spreads a job by its skew against PACKLIMIT,
+    which the service learns and replaces (``Scheduler.set_packlimit``)."""
+
+    packlimit: float
+
+
+def packlimit_of(placement: Placement) -> float | None:
+    """The placement's PACKLIMIT, or None when it has none: ``isinstance(placement,
+    PackLimited)`` by its one attribute (the Protocol check costs ~40 µs a call)."""
+    packlimit: float | None = getattr(placement, "packlimit", None)
+    return packlimit
+
+
 class Placement(ABC):
     name: ClassVar[str]
 
     @abstractmethod
-    def choose(self, job: Job, free: Mapping[str, int], nodes: Mapping[str, Node]) -> Choice | None:
+    def choose(self, job: Job, free: FreeCounts) -> Choice | None:
         """GPUs to take per node (summing to ``job.gpus``), or None to wait."""
 
 
-def _fewest_nodes(w: int, free: Mapping[str, int]) -> Choice | None:
+def _fewest_nodes(w: int, free: Counts) -> Choice | None:
     """Fewest nodes (largest free first), the last piece on the best-fitting node so the
     remaining free GPUs stay in as few fragments as possible."""
-    items = sorted(((-f, n) for n, f in free.items() if f > 0))
-    if sum(-f for f, _ in items) < w:
+    if free.total < w:
         return None
     pick: Choice = {}
     rem = w
-    for k, (negf, name) in enumerate(items):
-        fits = [(-f2, n2) for f2, n2 in items[k:] if -f2 >= rem]
-        if fits:
-            pick[min(fits)[1]] = rem
+    for count, name in free.largest_first():
+        fit = free.best_fit(rem, skip=pick)
+        if fit is not None:
+            pick[fit] = rem
             return pick
-        pick[name] = -negf
-        rem += negf
-    return None  # unreachable: the sum check guarantees a fit
+        pick[name] = count
+        rem -= count
+    return None  # unreachable: the total check guarantees a fit
 
 
-def _by_switch(w: int, free: Mapping[str, int], nodes: Mapping[str, Node]) -> Choice | None:
+def _by_switch(w: int, free: SwitchCounts) -> Choice | None:
     """``_fewest_nodes`` inside one switch when any switch can hold the job (cross-switch
     traffic is the slowest), else across the whole cluster."""
-    groups: dict[str, dict[str, int]] = {}
-    for n, f in free.items():
-        sw = nodes[n].switch
-        if sw is not None:
-            groups.setdefault(sw, {})[n] = f
     best: tuple[int, str, Choice] | None = None
-    for sw in sorted(groups):
-        pick = _fewest_nodes(w, groups[sw])
+    for sw in sorted(free.switches):
+        pick = _fewest_nodes(w, free.switches[sw])
         if pick is not None and (best is None or len(pick) < best[0]):
             best = (len(pick), sw, pick)
     if best is not None:
@@ -72,12 +82,11 @@ class Consolidate(Placement):
 
     name = "consolidate"
 
-    def choose(self, job: Job, free: Mapping[str, int], nodes: Mapping[str, Node]) -> Choice | None:
-        w = job.gpus
-        single = [(f, n) for n, f in free.items() if f >= w]
-        if single:
-            return {min(single)[1]: w}
-        return _by_switch(w, free, nodes)
+    def choose(self, job: Job, free: FreeCounts) -> Choice | None:
+        single = free.best_fit(job.gpus)
+        if single is not None:
+            return {single: job.gpus}
+        return _by_switch(job.gpus, free)
 
 
 class Spread(Placement):
@@ -86,10 +95,10 @@ class Spread(Placement):
 
     name = "spread"
 
-    def choose(self, job: Job, free: Mapping[str, int], nodes: Mapping[str, Node]) -> Choice | None:
+    def choose(self, job: Job, free: FreeCounts) -> Choice | None:
         pick: Choice = {}
         rem = job.gpus
-        for f, n in sorted((f, n) for n, f in free.items() if f > 0):
+        for f, n in free.smallest_first():
             take = min(f, rem)
             pick[n] = take
             rem -= take
@@ -104,13 +113,12 @@ class YarnStrict(Placement):
 
     name = "yarn"
 
-    def choose(self, job: Job, free: Mapping[str, int], nodes: Mapping[str, Node]) -> Choice | None:
+    def choose(self, job: Job, free: FreeCounts) -> Choice | None:
         w = job.gpus
-        if w <= max((len(nodes[n].gpus) for n in free), default=0):
-            single = [(f, n) for n, f in free.items() if f >= w]
-            return {min(single)[1]: w} if single else None
-        whole = {n: f for n, f in free.items() if f == len(nodes[n].gpus)}
-        return _by_switch(w, whole, nodes)
+        if w <= free.largest_node:
+            single = free.best_fit(w)
+            return {single: w} if single is not None else None
+        return _by_switch(w, free.whole)
 
 
 class SkewAware(Placement):
@@ -125,10 +133,10 @@ class SkewAware(Placement):
         self._consolidate = Consolidate()
         self._spread = Spread()
 
-    def choose(self, job: Job, free: Mapping[str, int], nodes: Mapping[str, Node]) -> Choice | None:
+    def choose(self, job: Job, free: FreeCounts) -> Choice | None:
         skew = job.spec.skew
         inner = self._consolidate if skew is None or skew > self.packlimit else self._spread
-        return inner.choose(job, free, nodes)
+        return inner.choose(job, free)
 
 
 _PLACEMENTS: dict[str, type[Placement]] = {

@@ -80,10 +80,10 @@ class Las(Policy):
         keys, gpus = self.running_order(now)
         for rk, g in zip(keys, gpus, strict=True):
             i = bisect.bisect_right(waiting, rk)
-            if i == len(waiting):
+            r = self._members[rk[-1]]
+            if i == len(waiting) or r.awaiting:  # an awaited run's key does not move
                 continue
             a_w, arr_w, id_w = waiting[i]
-            r = self._members[rk[-1]]
             assert r.last_start is not None
             t = r.last_start + (a_w / g + self._lead - r.executed)  # from fixed fields
             if (arr_w, id_w) > rk[1:] or t <= now:
@@ -168,14 +168,19 @@ class Gandiva(Timed):
         if job.last_start is None:  # not running
             wait = s.arrival if job.wait_since is None else job.wait_since
             return (1, wait, s.arrival, s.job_id)
-        if now < job.last_start + self.quantum:  # computed as the timer's time is
+        if job.awaiting or now < job.last_start + self.quantum:  # as the timer's time is
             return (0, job.last_start, s.arrival, s.job_id)
         return (2, -job.last_start, s.arrival, s.job_id)
 
     def _next_change(self, job: Job) -> tuple[float, int] | None:
         """A running job filed inside its slice changes when the slice ends."""
         filed = self._filed.get(job.job_id)
-        if job.state is JobState.RUNNING and filed is not None and filed[0] == 0:
+        if (
+            job.state is JobState.RUNNING
+            and filed is not None
+            and filed[0] == 0
+            and not job.awaiting
+        ):
             assert job.last_start is not None
             return job.last_start + self.quantum, 0
         return None

@@ -17,13 +17,29 @@ import bisect
 import heapq
 import math
 from abc import ABC, abstractmethod
-from collections.abc import Iterable
-from typing import Any, ClassVar
+from collections.abc import Iterable, Mapping
+from typing import Any, ClassVar, Protocol, runtime_checkable
 
 from coordinator.core.config import SchedulerConfig
 from coordinator.core.model import CoreError, Job, JobSpec, JobState
 
 Key = tuple[Any, ...]
+
+
+@runtime_checkable
+class Queues(Protocol):
+    """A policy's capability: priority queues, a job demoted at each threshold of attained
+    GPU service (its keys lead with the queue)."""
+
+    thresholds: tuple[float, ...]
+
+
+def thresholds_of(policy: Policy) -> tuple[float, ...] | None:
+    """The policy's queue thresholds, or None when it has no queues: ``isinstance(policy,
+    Queues)`` by its one attribute (that Protocol check costs ~40 µs, and views made it for
+    every job of a page)."""
+    thresholds: tuple[float, ...] | None = getattr(policy, "thresholds", None)
+    return thresholds
 
 
 class Policy(ABC):
@@ -42,10 +58,18 @@ class Policy(ABC):
         self._members: dict[str, Job] = {}
         self._filed: dict[str, Key | None] = {}  # fixed key, or None when time-dependent
         self._waiting: list[Key] = []  # keys of waiting jobs, sorted
+        self._by_smallest: dict[int, list[Key]] = {}  # the same, by the fewest GPUs they need
+        self._queue_of: dict[str, tuple[int, int]] = {}  # waiting job → (queue, GPUs) filed
+        self._per_queue: dict[int, list[int]] = {}  # queue → [waiting jobs, their GPUs]
         self._running: list[Key] = []  # fixed keys of running jobs, sorted …
         self._running_gpus: list[int] = []  # … and their GPU counts, in the same order
         self._running_dyn: dict[str, Job] = {}  # running jobs whose key changes with time
+        #: running elastic jobs below their ask (``coordinator.core.elastic``): read only
+        self.below: dict[str, Job] = {}
         self._version = 0  # bumped on every change: running_order's cache key
+        #: Jobs re-filed or removed since the shell last looked (``history.Timeline``), in
+        #: first-touch order; None while nobody looks.
+        self.touched: dict[str, None] | None = None
         self._cached: tuple[tuple[float, int], tuple[list[Key], list[int]]] | None = None
 
     @abstractmethod
@@ -69,6 +93,8 @@ class Policy(ABC):
             return
         job_id = job.job_id
         self._members[job_id] = job
+        if running and job.size:
+            self.below[job_id] = job
         if running and not self.fixed_while_running(job):
             self._running_dyn[job_id] = job
             self._filed[job_id] = None
@@ -81,10 +107,18 @@ class Policy(ABC):
             self._running_gpus.insert(i, job.gpus)
         else:
             bisect.insort(self._waiting, k)
+            bisect.insort(self._by_smallest.setdefault(job.spec.smallest, []), k)
+            self._queue_of[job_id] = (job.queue, job.spec.smallest)  # elastic: its fewest
+            counts = self._per_queue.setdefault(job.queue, [0, 0])
+            counts[0] += 1
+            counts[1] += job.spec.smallest
 
     def remove(self, job: Job) -> None:
         self._version += 1
         job_id = job.job_id
+        if self.touched is not None:
+            self.touched[job_id] = None
+        self.below.pop(job_id, None)
         if self._members.pop(job_id, None) is None:
             return
         k = self._filed.pop(job_id)
@@ -97,6 +131,16 @@ class Policy(ABC):
             del self._running_gpus[i]
         else:
             del self._waiting[bisect.bisect_left(self._waiting, k)]
+            same = self._by_smallest[job.spec.smallest]
+            del same[bisect.bisect_left(same, k)]
+            if not same:
+                del self._by_smallest[job.spec.smallest]
+            queue, gpus = self._queue_of.pop(job_id)
+            counts = self._per_queue[queue]
+            counts[0] -= 1
+            counts[1] -= gpus
+            if not counts[0]:
+                del self._per_queue[queue]
 
     def job(self, key: Key) -> Job:
         return self._members[key[-1]]
@@ -115,6 +159,21 @@ class Policy(ABC):
         """Keys of the dynamic running jobs (a policy may cheapen those whose exact place
         cannot matter)."""
         return (self.key(j, now) for j in self._running_dyn.values())
+
+    def waiting_key(self, job_id: str) -> Key | None:
+        """The key ``job_id`` is filed under among the waiting jobs (None: it is not waiting)."""
+        job = self._members.get(job_id)
+        return self._filed[job_id] if job is not None and job.state is JobState.WAITING else None
+
+    def waiting_by_smallest(self) -> Mapping[int, list[Key]]:
+        """The waiting keys by the fewest GPUs each job can start on (``JobSpec.smallest``),
+        each sorted (the policy's own lists: read them, never modify them)."""
+        return self._by_smallest
+
+    def waiting_per_queue(self) -> Mapping[int, list[int]]:
+        """Queue → [waiting jobs, the GPUs they start on (an elastic job: its fewest, as its
+        pending reason counts)], kept as jobs are filed (the policy's own: never modify it)."""
+        return self._per_queue
 
     def waiting_order(self) -> list[Key]:
         """Keys of the waiting jobs, highest priority first (the policy's own list: read it,
@@ -202,7 +261,7 @@ def executed_for_order(job: Job, now: float, interval: float) -> float:
     """t_J as a service-ranked order sees it: as of ``now``, or with an interval as of the
     last tick, so a running job's rank moves only at ticks (see ``Las``). Spelled out rather
     than through ``Job.executed_at``: it runs for every running job at every pass."""
-    if job.last_start is None:
+    if job.last_start is None or job.awaiting:
         return job.executed
     if not interval:
         return job.executed + (now - job.last_start)

@@ -6,11 +6,15 @@ from __future__ import annotations
 
 import bisect
 import math
-from collections.abc import Iterable
 from typing import Any
 
 from coordinator.core.config import SchedulerConfig
-from coordinator.core.gittins import GITTINS_VARIANTS, ServiceDistribution, ServiceGroups
+from coordinator.core.gittins import (
+    GITTINS_VARIANTS,
+    WHOLE_JOB,
+    ServiceDistribution,
+    ServiceGroups,
+)
 from coordinator.core.model import CoreError, Job, JobState
 from coordinator.core.policy_base import Key, Timed, executed_for_order, fifo_by_start
 
@@ -86,7 +90,7 @@ class Queued(Timed):
 
     def _target(self, job: Job) -> float | None:
         """Attained service at which running ``job`` is next demoted (None: not this run)."""
-        if job.job_id in self._pending:
+        if self._pending and job.job_id in self._pending:  # empty until thresholds move
             return self._pending[job.job_id]
         level = max(bisect.bisect_right(self.thresholds, job.gpus * job.executed), job.queue)
         return self.thresholds[level] if level < len(self.thresholds) else None
@@ -137,7 +141,7 @@ class Queued(Timed):
             self.changed(self._members[job_id], now)
 
     def _next_change(self, job: Job) -> tuple[float, int] | None:
-        if job.state is JobState.RUNNING:
+        if job.state is JobState.RUNNING and not job.awaiting:  # awaiting: no timer yet
             target = self._target(job)
             if target is None:
                 return None
@@ -230,18 +234,23 @@ class TiresiasL(Queued):
 
 
 class TiresiasG(Queued):
-    """Discretized 2D-Gittins: queues 1..K-1 ordered by the Gittins index of the attained
-    service with Δ = the queue's upper threshold (higher first), the last queue FIFO by first
-    start like 2D-LAS. The distribution learns the total GPU service of every completed job
-    when ``learn``. ``variant``: "as-written" (default) or "authors" (see
-    coordinator.core.gittins). Orders are re-evaluated at events, demotions, promotions and
-    interval ticks; a running job whose index drops below a waiting one's between those waits
-    for the next (the index is not monotone, so there is no cheap exact crossing time). With
-    ``SchedulerConfig.interval``, a running job's index is that of its service at the last
-    tick, as for ``Las``: the interval bounds that delay, and jobs of close indices take turns
-    at most once per tick instead of at every arrival or completion anywhere. With
+    """Discretized 2D-Gittins: inside every queue, the last included, jobs are ranked by the
+    Gittins index of their attained service under the learned service distribution (higher
+    first), with Δ = the service left before the job's next demotion (the whole job in the
+    last queue); ties keep 2D-LAS's order (``Queued._in_queue``). Waiting and running jobs
+    are re-ranked at every pass, and a running job by the service it had when its run
+    began: its minimum-run guard (with ``SchedulerConfig.interval``, as in the paper's
+    Figure 7, by its service at the last tick instead). It keeps its GPUs until a job of a
+    strictly higher index comes, or its demotion moves it, so two jobs of close indices
+    never take turns at every event (measured: 13× the preemptions with the index of the
+    running service). Where no
+    sample exceeds a job's service its index is 0 and 2D-LAS's order decides. The
+    distribution learns the total GPU service of every completed job when ``learn``, on
+    top of the seed (``--gittins-history``, ``--gittins-samples``). ``variant``:
+    "as-written" (default) or "authors" (see coordinator.core.gittins; it looks a whole
+    threshold ahead and breaks ties by first start, as the paper's Figure 7 does). With
     ``SchedulerConfig.service_groups`` the index is that of the job's group's distribution
-    (``ServiceGroups``), and the last queue's waiting jobs are ranked as in 2D-LAS's."""
+    (``ServiceGroups``)."""
 
     name = "tiresias-g"
 
@@ -264,34 +273,29 @@ class TiresiasG(Queued):
         self._indexed_version = self.distribution.version
 
     def fixed_while_running(self, job: Job) -> bool:
-        return job.queue >= len(self.thresholds)
+        return not self.config.interval  # by its service at the start of its run (the guard)
 
     def refresh(self, now: float) -> None:
         super().refresh(now)
-        if self._indexed_version != self.distribution.version:  # waiting keys are stale
+        if self._indexed_version != self.distribution.version:  # every key is stale
             self._indexed_version = self.distribution.version
-            last = len(self.thresholds)
-            for job in [
-                j for j in self._members.values() if j.state is JobState.WAITING and j.queue < last
-            ]:
+            for job in list(self._members.values()):
                 self.changed(job, now)
 
     def key(self, job: Job, now: float) -> Key:
         q = job.queue
-        if q >= len(self.thresholds):
-            return (q, 0.0, *self._in_queue(job))
-        a = job.spec.gpus * executed_for_order(job, now, self.config.interval)
+        interval = self.config.interval
+        # with an interval, the paper's model: the service at the last tick
+        a = job.gpus * (executed_for_order(job, now, interval) if interval else job.executed)
         dist = self.distribution if self._groups is None else self._groups.distribution(job)[1]
-        g = dist.index(a, self.thresholds[q], self._authors)
-        return (q, -g, *fifo_by_start(job))  # an index tie: the earlier start
-
-    def _running_keys(self, now: float) -> Iterable[Key]:
-        """Running jobs in queues above every waiting job all keep their GPUs whatever their
-        order among themselves, so their index (the costly part) is skipped: the pass only
-        compares them with waiting jobs, which all sort after them by queue."""
-        top = self._waiting[0][0] if self._waiting else math.inf
-        for j in self._running_dyn.values():
-            yield self.key(j, now) if j.queue >= top else (j.queue, 0.0, *fifo_by_start(j))
+        if q >= len(self.thresholds):
+            delta = WHOLE_JOB
+        else:  # the authors' simulator looks a whole threshold ahead, wherever the job is
+            delta = self.thresholds[q] if self._authors else max(self.thresholds[q] - a, 1.0)
+        g = dist.index(a, delta, self._authors)
+        if self._authors:  # an index tie: the earlier start, as in the paper's Figure 7
+            return (q, -g, 0, *fifo_by_start(job))
+        return (q, -g, *self._in_queue(job))  # an index tie: as in tiresias-l
 
     def _learns(self) -> bool:
         return self.learn

@@ -1,7 +1,5 @@
-"""The scheduler core: one object that takes events and returns decisions.
-
-The CONTRACT and its semantics are in the package's docstring (``coordinator.core``).
-"""
+"""The scheduler core: one object that takes events and returns decisions. The CONTRACT and
+its semantics are in the package's docstring (``coordinator.core``)."""
 
 from __future__ import annotations
 
@@ -10,7 +8,7 @@ import math
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from coordinator.core import events
+from coordinator.core import elastic, events
 from coordinator.core.config import DEFAULT_QUEUE_THRESHOLDS, SchedulerConfig
 from coordinator.core.gpus import Gpus
 from coordinator.core.guards import Guards
@@ -25,27 +23,26 @@ from coordinator.core.model import (
     Node,
     Preempt,
     Start,
+    Stop,
+    StopReason,
 )
-from coordinator.core.placement import Placement, make_placement
+from coordinator.core.placement import Choice, PackLimited, Placement, make_placement
 from coordinator.core.policies import Policy, make_policy
-from coordinator.core.selection import select
+from coordinator.core.selection import Decided, decide
 
 __all__ = ["DEFAULT_QUEUE_THRESHOLDS", "Scheduler", "SchedulerConfig"]
 
-_STATE_VERSION = 1
+_STATE_VERSION = 3  # 3: drained nodes; 2: finished jobs retired (Retire) and counted
 
 
 class Scheduler:
     """Jobs, GPUs and one policy + placement; see the CONTRACT above.
 
-    A preemptive pass (1) walks the policy's order and selects jobs by GPU count against the
-    whole capacity, skipping those that do not fit; (2) preempts running jobs not selected;
-    (3) places the newly selected jobs, in priority order, on GPUs free *now* (a preempted
-    job's GPUs free at its exit; the pass after that starts what could not be placed). A
-    non-preemptive pass places waiting jobs in order on the free GPUs, stopping at the first
-    that cannot start when the policy blocks (YARN-CS). Selection counts GPUs, so it assumes a
-    placement that can use any free GPUs (consolidate, spread, skew); the strict ``yarn``
-    placement may refuse a selected job and leave GPUs idle: pair it with ``yarn-cs``.
+    A pass takes ``selection.decide``'s decision and acts on it: it preempts the running
+    jobs not selected and starts the jobs placed (a preempted job's GPUs free at its exit;
+    the pass after that starts what could not be placed). Selection counts GPUs, so it
+    assumes a placement that can use any free GPUs (consolidate, spread, skew); the strict
+    ``yarn`` placement may refuse a selected job and leave GPUs idle: pair it with ``yarn-cs``.
     """
 
     def __init__(
@@ -62,10 +59,13 @@ class Scheduler:
         self._clock: float | None = None
         self._gpus = Gpus()
         self._active: dict[str, Job] = {}  # submission order
-        self._done: dict[str, Job] = {}
+        self._done: dict[str, Job] = {}  # finished, not retired yet (finish order)
+        self.retired = 0  # finished jobs the shell has stored and the core forgot
         self._running: dict[str, Job] = {}
         self._waiting: dict[int, int] = {}  # GPU count → number of WAITING jobs of that size
         self._guards = Guards()  # running jobs inside their minimum run time
+        self._version = 0  # bumped by every change: the last pass's decision holds until then
+        self._last: Decided | None = None
         for node in nodes:
             self._add_node(node)
 
@@ -85,14 +85,10 @@ class Scheduler:
         survivors, reports ``exited(…, LOST)``. Returns those jobs' ids."""
         self._advance(now)
         self._gpus.remove(name)
-        lost = [
-            j
-            for j in self._active.values()
-            if j.allocation is not None and name in j.allocation.nodes
-        ]
+        lost = [j for j in self._active.values() if j.allocation and name in j.allocation.nodes]
         for job in lost:
             if job.state is JobState.RUNNING:
-                self._stop(job, now)
+                self._stop(job, now, stop=Stop(StopReason.NODE_LOST, node=name))
         return [j.job_id for j in lost]
 
     def free_gpus(self) -> dict[str, tuple[int, ...]]:
@@ -102,6 +98,10 @@ class Scheduler:
     def nodes(self) -> dict[str, Node]:
         """The nodes that are up, as last described."""
         return {n: self._gpus.nodes[n] for n in self._gpus.free}
+
+    def drained(self) -> frozenset[str]:
+        """The nodes that are up but take no new jobs (``NodeDrain``)."""
+        return frozenset(self._gpus.parked)
 
     def guards(self) -> dict[str, float]:
         """Running job → end of its minimum run time (it may not be preempted before)."""
@@ -113,6 +113,7 @@ class Scheduler:
         if self._clock is not None and now < self._clock:
             raise CoreError(f"time went backwards: {now} < {self._clock}")
         self._clock = now
+        self._version += 1
         self.policy.refresh(now)
 
     def _get(self, job_id: str) -> Job:
@@ -125,11 +126,11 @@ class Scheduler:
         self._advance(now)
         if spec.job_id in self._active or spec.job_id in self._done:
             raise CoreError(f"duplicate job id {spec.job_id}")
-        if spec.gpus < 1:
-            raise CoreError(f"job {spec.job_id} asks for {spec.gpus} GPUs; needs at least 1")
-        if self.config.reject_oversized and spec.gpus > self._gpus.known:
+        if (problem := spec.problem()) is not None:
+            raise CoreError(problem)
+        if self.config.reject_oversized and spec.smallest > self._gpus.known:  # elastic: can run
             raise CoreError(
-                f"job {spec.job_id} asks for {spec.gpus} GPUs but the cluster has "
+                f"job {spec.job_id} asks for {spec.smallest} GPUs but the cluster has "
                 f"{self._gpus.known}"
             )
         self.policy.validate(spec)
@@ -140,35 +141,46 @@ class Scheduler:
         return job
 
     def _count_waiting(self, job: Job, delta: int) -> None:
-        n = self._waiting.get(job.gpus, 0) + delta
+        n = self._waiting.get(job.spec.smallest, 0) + delta
         if n:
-            self._waiting[job.gpus] = n
+            self._waiting[job.spec.smallest] = n
         else:
-            del self._waiting[job.gpus]
+            del self._waiting[job.spec.smallest]
 
-    def _stop(self, job: Job, now: float, ended: float | None = None) -> None:
+    def _stop(
+        self, job: Job, now: float, ended: float | None = None, stop: Stop | None = None
+    ) -> None:
         """Stop accruing service (RUNNING → PREEMPTING), counted until ``ended`` (the run's
-        real end, when known and earlier); GPUs stay taken until exit."""
-        assert job.last_start is not None
-        ran = max(0.0, min(now, now if ended is None else ended) - job.last_start)
+        real end, when known and earlier), for the reason ``stop`` says; GPUs stay taken
+        until exit."""
+        ran = max(0.0, job.executed_at(now if ended is None else min(now, ended)) - job.executed)
         job.executed += ran
         job.total_executed += ran
-        job.last_start = None
-        job.state = JobState.PREEMPTING
-        job.wait_since = now
+        job.resize(job.spec.gpus)
+        job.last_start, job.awaiting = None, False
+        job.state, job.wait_since, job.stop = JobState.PREEMPTING, now, stop
         del self._running[job.job_id]
         self._guards.drop(job.job_id)
         self.policy.changed(job, now)
 
     def exited(
-        self, job_id: str, now: float, outcome: ExitOutcome, ended: float | None = None
+        self,
+        job_id: str,
+        now: float,
+        outcome: ExitOutcome,
+        ended: float | None = None,
+        stop: Stop | None = None,
     ) -> None:
+        """All processes of the job have exited; ``stop`` says why its run ended when it did
+        not complete (kept for its history; a stop the core decided itself stands)."""
         self._advance(now)
         job = self._get(job_id)
         if job.state not in (JobState.RUNNING, JobState.PREEMPTING):
             raise CoreError(f"job {job_id} is {job.state}, not running: cannot exit")
         if job.state is JobState.RUNNING:
-            self._stop(job, now, ended)
+            self._stop(job, now, ended, stop)
+        elif stop is not None and (job.stop is None or outcome is ExitOutcome.FAILED):
+            job.stop = stop
         assert job.allocation is not None
         self._gpus.release(job.allocation)
         job.allocation = None
@@ -196,6 +208,12 @@ class Scheduler:
         self._done[job.job_id] = job
         self.policy.finished(job)
 
+    def retire(self, job_id: str) -> None:
+        """Forget the finished job ``job_id``: the shell has stored it."""
+        if self._done.pop(job_id, None) is None:
+            raise CoreError(f"job {job_id} is {self._get(job_id).state}: cannot retire it")
+        self.retired += 1
+
     def cancel(self, job_id: str, now: float) -> list[Decision]:
         """[] for a waiting (now CANCELLED) or finished job; [Kill] while processes run: the
         job becomes CANCELLED when they have exited."""
@@ -208,12 +226,13 @@ class Scheduler:
             return []
         job.cancel_requested = True
         if job.state is JobState.RUNNING:
-            self._stop(job, now)
+            self._stop(job, now, stop=Stop(StopReason.CANCELLED))
         return [Kill(job_id)]
 
     def update_skew(self, job_id: str, skew: float | None) -> None:
         job = self._get(job_id)
         job.spec = dataclasses.replace(job.spec, skew=skew)
+        self._version += 1
 
     def update_costs(self, job_id: str, checkpoint_s: float, restore_s: float) -> None:
         """The job's checkpoint and restore times in seconds, as measured or modelled."""
@@ -222,13 +241,14 @@ class Scheduler:
             if not (value >= 0 and math.isfinite(value)):
                 raise CoreError(f"job {job_id}: {name} cost must be >= 0 seconds, got {value}")
         job.checkpoint_cost, job.restore_cost = float(checkpoint_s), float(restore_s)
+        self._version += 1
         if job.state.finished:
             return
         now = self._clock if self._clock is not None else 0.0
         if job.state is JobState.RUNNING:  # its minimum run follows the cost it now knows
             assert job.last_start is not None
             self._guards.drop(job_id)
-            self._guard(job, job.last_start, now)
+            self._guards.guard(job, job.last_start, now, self.config)
         self.policy.changed(job, now)
 
     def update_checkpointable(self, job_id: str, checkpointable: bool, now: float) -> None:
@@ -242,9 +262,10 @@ class Scheduler:
 
     def set_packlimit(self, value: float) -> None:
         """A newly learned PACKLIMIT for the skew placement."""
-        if not hasattr(self.placement, "packlimit"):
+        if not isinstance(self.placement, PackLimited):
             raise CoreError(f"placement {self.placement.name} has no PACKLIMIT")
         self.placement.packlimit = value
+        self._version += 1
 
     def apply(self, event: events.Event) -> list[Decision]:
         """Apply one typed event (``coordinator.core.events``); the decisions it made."""
@@ -253,11 +274,13 @@ class Scheduler:
                 return self.schedule(now)
             case events.Submit(spec, now):
                 self.submit(spec, now)
-            case events.Exited(job_id, now, outcome, ended):
-                self.exited(job_id, now, outcome, ended)
+            case events.Exited(job_id, now, outcome, ended, stop):
+                self.exited(job_id, now, outcome, ended, stop)
             case events.Began(job_id, at, now):
                 self._advance(now)
                 if (job := self._get(job_id)).began(at, now):
+                    assert job.last_start is not None  # its minimum run counts from then
+                    self._guards.guard(job, job.last_start, now, self.config)
                     self.policy.changed(job, now)
             case events.Cancel(job_id, now):
                 return self.cancel(job_id, now)
@@ -265,14 +288,22 @@ class Scheduler:
                 self.node_up(node, now)
             case events.NodeDown(name, now):
                 self.node_down(name, now)
+            case events.NodeDrain(name, drained, now):
+                self._advance(now)
+                self._gpus.drain(name, drained)
             case events.UpdateSkew(job_id, skew):
                 self.update_skew(job_id, skew)
             case events.UpdateCheckpointable(job_id, checkpointable, now):
                 self.update_checkpointable(job_id, checkpointable, now)
+            case events.Pin(job_id, now) | events.Release(job_id, now):
+                if (job := self._get(job_id)).told(resizable=isinstance(event, events.Release)):
+                    self.policy.changed(job, now)
             case events.UpdateCosts(job_id, checkpoint_s, restore_s):
                 self.update_costs(job_id, checkpoint_s, restore_s)
             case events.SetPackLimit(value):
                 self.set_packlimit(value)
+            case events.Retire(job_id):
+                self.retire(job_id)
             case _:
                 raise CoreError(f"not a core event: {event!r}")
         return []
@@ -284,91 +315,63 @@ class Scheduler:
         # every pass drops the guards that ended, whatever the policy: a guard left behind
         # would make next_wakeup name a time already past, forever
         self._guards.expire(now)
-        if self.policy.preemptive:
-            return self._preemptive_pass(now)
-        return self._fifo_pass(now)
+        return self._pass(now)
 
-    def _preemptive_pass(self, now: float) -> list[Decision]:
+    def decide(self, now: float, keep: bool = False) -> Decided:
+        """The decision a pass at ``now`` takes, not acted on (``selection.decide``; ``keep``:
+        its starts' GPUs stay counted as taken, for the pass that takes them)."""
+        smallest = min(self._waiting, default=None)
+        return decide(self.policy, self.placement, self._gpus, self._guards, smallest, now, keep)
+
+    def outcome(self, now: float) -> Decided:
+        """The last pass's decision while nothing changed since; else the one a pass would
+        take at ``now`` (kept until the next change)."""
+        last = self._last
+        if last is None or last.version != self._version:
+            last = self._last = self.decide(now)
+            last.version = self._version
+        return last
+
+    def _pass(self, now: float) -> list[Decision]:
+        decided = self.decide(now, keep=True)
         decisions: list[Decision] = []
-        if not self._waiting:  # nothing to start, nobody to make room for
-            return decisions
-        policy = self.policy
-        rkeys, rgpus = policy.running_order(now)
-        smallest = min(self._waiting)
-        guarded = self._guards.indices(rkeys)
-        drop, chosen = select(
-            rkeys, rgpus, policy.waiting_order(), policy.job, guarded, self._gpus.capacity, smallest
-        )
-        for job in [policy.job(rkeys[t]) for t in drop]:
-            job.preemptions += 1
-            self._stop(job, now)
-            decisions.append(Preempt(job.job_id))
-        for job in chosen:
-            start = self._try_start(job, now)
-            if start is not None:
-                decisions.append(start)
+        sel = decided.selection
+        if sel is not None and sel.drop:
+            dropped = [self.policy.job(sel.rkeys[t]) for t in sel.drop]  # before re-filing
+            for job, before in zip(dropped, sel.before, strict=True):
+                job.preemptions += 1
+                stop = sel.stop(before, job.job_id)
+                self._stop(job, now, stop=stop)
+                decisions.append(Preempt(job.job_id, stop))
+        for job, choice in decided.starts:
+            decisions.append(self._start(job, choice, now))
+        self._version += 1  # acted on: what explain words until the next change
+        # its starts run, its drops stop: the running order is its result now
+        decided.version, decided.starts, decided.selection = self._version, [], None
+        self._last = decided
         return decisions
 
-    def _guard(self, job: Job, start: float, now: float) -> None:
-        """Guard ``job``, which started its run at ``start``, until the end of its minimum
-        run time (``SchedulerConfig.min_run``/``min_run_restores``) when that is after ``now``."""
-        cfg = self.config
-        until = start + max(cfg.min_run, cfg.min_run_restores * job.restore_cost)
-        if job.restarts:
-            # a resumed job works at least as long as its restore took before it may be
-            # preempted again: else preemptions as often as restores (a tick every <=
-            # restore seconds) make every run restore and nothing more, forever
-            until = max(until, start + 2 * job.restore_cost)
-        if until > now:
-            self._guards.set(job.job_id, until)
-
-    def _fifo_pass(self, now: float) -> list[Decision]:
-        decisions: list[Decision] = []
-        if not self._waiting:
-            return decisions
-        for wk in list(self.policy.waiting_order()):
-            if self._gpus.free_total < min(self._waiting):
-                break
-            start = self._try_start(self.policy.job(wk), now)
-            if start is not None:
-                decisions.append(start)
-            elif self.policy.blocking:
-                break
-        return decisions
-
-    def _try_start(self, job: Job, now: float) -> Start | None:
-        if job.gpus > self._gpus.free_total:
-            return None
-        free = {n: len(g) for n, g in self._gpus.free.items()}
-        choice = self.placement.choose(job, free, self._gpus.nodes)
-        if choice is None:
-            return None
-        if sum(choice.values()) != job.gpus or any(
-            k < 1 or k > free.get(n, 0) for n, k in choice.items()
-        ):
-            raise CoreError(
-                f"placement {self.placement.name} returned {choice} "
-                f"for job {job.job_id} ({job.gpus} GPUs)"
-            )
+    def _start(self, job: Job, choice: Choice, now: float) -> Start:
         job.allocation = self._gpus.take(choice)
         job.state = JobState.RUNNING
-        job.last_start = now
+        job.last_start, job.awaiting = now, self.config.await_begin
         if job.first_start is None:
             job.first_start = now
         job.wait_since = None
         self._count_waiting(job, -1)
+        job.resize(sum(choice.values()))
         self._running[job.job_id] = job
-        self._guard(job, now, now)
-        self.policy.changed(job, now)
+        self._guards.guard(job, now, now, self.config)
+        elastic.file_started(self.policy, job, now)
         return Start(job.job_id, job.allocation)
 
     def next_wakeup(self, now: float) -> float | None:
         times = []
-        t = self.policy.next_wakeup(now)
-        if t is not None:
+        if (t := self.policy.next_wakeup(now)) is not None:
             times.append(t)
-        if self._waiting and (end := self._guards.next_end()) is not None:
-            times.append(end)  # a guard's end may let a waiting job in
+        if (self._waiting or self.policy.below) and (end := self._guards.next_end()) is not None:
+            times.append(end)  # a guard's end may let a waiting job in, or an elastic one grow
+        times += elastic.paid_at(self.policy.below.values(), now, self.config.elastic_payback)
         if self.config.interval > 0 and self._waiting:
             step = self.config.interval
             k = math.floor(now / step) + 1
@@ -381,7 +384,7 @@ class Scheduler:
         return self._get(job_id)
 
     def jobs(self) -> Iterator[Job]:
-        """Active jobs (submission order), then finished ones (finish order)."""
+        """Active jobs (submission order), then finished ones not retired (finish order)."""
         yield from self._active.values()
         yield from self._done.values()
 
@@ -389,17 +392,14 @@ class Scheduler:
 
     def export_state(self) -> dict[str, Any]:
         """JSON/msgpack-able snapshot; ``from_state`` rebuilds an equivalent scheduler."""
-        up = self._gpus.free
         return {
             "version": _STATE_VERSION,
             "config": self.config.to_dict(),
             "clock": self._clock,
-            "nodes": [
-                {"name": n.name, "gpus": list(n.gpus), "switch": n.switch, "up": n.name in up}
-                for n in self._gpus.nodes.values()
-            ],
+            "nodes": self._gpus.export(),
             "jobs": [j.to_dict() for j in self.jobs()],
             "done": len(self._done),
+            "retired": self.retired,
             "running": list(self._running),  # start order: the order of Preempt decisions
             "policy": {"name": self.policy.name, "state": self.policy.export_state()},
             "placement": self.placement.name,
@@ -409,10 +409,10 @@ class Scheduler:
     def from_state(
         cls, state: dict[str, Any], policy: Policy | None = None, placement: Placement | None = None
     ) -> Scheduler:
-        """The scheduler ``state`` was exported from. ``policy``/``placement`` default to
-        fresh ones of the exported names (pass them to keep parameters such as quantum or
-        PACKLIMIT); the policy's learned state is restored when its name matches."""
-        if state.get("version") != _STATE_VERSION:
+        """The scheduler ``state`` was exported from. ``policy``/``placement`` default to fresh
+        ones of the exported names (pass them to keep parameters such as quantum or PACKLIMIT);
+        the policy's learned state is restored when its name matches."""
+        if state.get("version") not in (1, 2, _STATE_VERSION):  # older ones read as they are
             raise CoreError(f"unsupported scheduler state version {state.get('version')}")
         sched = cls(
             (),
@@ -422,6 +422,7 @@ class Scheduler:
         )
         if state["policy"]["name"] == sched.policy.name:  # else: a new policy learns afresh
             sched.policy.load_state(state["policy"]["state"])
+        sched.retired = state.get("retired", 0)
         jobs = [Job.from_dict(d) for d in state["jobs"]]
         n_active = len(jobs) - state["done"]
         for job in jobs[n_active:]:
@@ -433,12 +434,13 @@ class Scheduler:
         for job_id in state["running"]:
             job = sched._active[job_id]
             sched._running[job_id] = job
-            assert job.last_start is not None
-            sched._guard(job, job.last_start, job.last_start)  # expired: dropped at a pass
+            assert job.last_start is not None  # its guard, if any, expires at a pass
+            sched._guards.guard(job, job.last_start, job.last_start, sched.config)
         for d in state["nodes"]:
             node = Node(d["name"], tuple(d["gpus"]), d["switch"])
             if d["up"]:
                 sched._add_node(node)
+                sched._gpus.drain(node.name, d.get("drained", False))  # versions < 3: not
             else:
                 sched._gpus.remember(node)
         clock = state["clock"]

@@ -4,17 +4,21 @@ decide alike. Also the snapshot a shell journals, and the scheduler restored fro
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
+from coordinator.core.authors_rules import RULES, AuthorsG, AuthorsL
 from coordinator.core.config import SchedulerConfig
 from coordinator.core.gittins import ServiceDistribution
-from coordinator.core.model import Node
+from coordinator.core.model import CoreError, Node
 from coordinator.core.placement import (
     DEFAULT_PACKLIMIT,
+    PackLimited,
     Placement,
     default_placement,
     make_placement,
+    packlimit_of,
 )
 from coordinator.core.policies import Policy, make_policy
 from coordinator.core.scheduler import Scheduler
@@ -27,7 +31,9 @@ class Settings(SchedulerConfig):
     ``packlimit`` None: ``DEFAULT_PACKLIMIT``. ``gittins_samples``: the seed of tiresias-g's
     service distribution and of learned thresholds; ``gittins_learn``: tiresias-g adds each
     completed job's service to it; ``gittins_variant`` None: the index as the paper writes
-    it."""
+    it. ``rules`` (``RULES``): "authors" runs tiresias-l/-g under the rules of the authors'
+    simulator (``coordinator.core.authors_rules``); "authors-our-order" and
+    "authors-exact-demotion" switch one of them back to ours."""
 
     policy: str = "tiresias-l"
     placement: str | None = None
@@ -35,6 +41,12 @@ class Settings(SchedulerConfig):
     gittins_samples: tuple[float, ...] | None = None
     gittins_variant: str | None = None
     gittins_learn: bool = True
+    rules: str = "ours"
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.rules not in RULES:
+            raise CoreError(f"unknown rules {self.rules!r}; valid: {', '.join(RULES)}")
 
     @property
     def packlimit_value(self) -> float:
@@ -46,6 +58,13 @@ class Settings(SchedulerConfig):
 
     def make_policy(self) -> Policy:
         params: dict[str, object] = {}
+        if self.rules != "ours" and self.policy in ("tiresias-l", "tiresias-g"):
+            cls = AuthorsG if self.policy == "tiresias-g" else AuthorsL
+            return cls(
+                None if self.gittins_samples is None else ServiceDistribution(self.gittins_samples),
+                order="ours" if self.rules == "authors-our-order" else "list",
+                demotion="exact" if self.rules == "authors-exact-demotion" else "events",
+            )
         if self.policy in ("tiresias-l", "tiresias-g") and self.gittins_samples is not None:
             params["distribution"] = ServiceDistribution(self.gittins_samples)
         if self.policy == "tiresias-g":
@@ -69,7 +88,7 @@ class Settings(SchedulerConfig):
         return record
 
 
-def build_scheduler(settings: Settings, nodes: tuple[Node, ...] | list[Node] = ()) -> Scheduler:
+def build_scheduler(settings: Settings, nodes: Sequence[Node] = ()) -> Scheduler:
     """The core configured by ``settings`` on ``nodes`` (the service starts with none: nodes
     join as their agents register). CoreError for a bad knob."""
     return Scheduler(
@@ -84,7 +103,7 @@ def snapshot(sched: Scheduler) -> dict[str, Any]:
     """Everything replay starts from: the core's state and the learned PACKLIMIT in force."""
     return {
         "scheduler": sched.export_state(),
-        "packlimit": getattr(sched.placement, "packlimit", None),
+        "packlimit": packlimit_of(sched.placement),
     }
 
 
@@ -94,6 +113,6 @@ def restore_scheduler(state: dict[str, Any], settings: Settings) -> Scheduler:
     sched = Scheduler.from_state(
         state["scheduler"], settings.make_policy(), settings.make_placement()
     )
-    if state["packlimit"] is not None and hasattr(sched.placement, "packlimit"):
+    if state["packlimit"] is not None and isinstance(sched.placement, PackLimited):
         sched.set_packlimit(state["packlimit"])
     return sched

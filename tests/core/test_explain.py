@@ -17,7 +17,7 @@ from coordinator.core import (
     Scheduler,
     make_placement,
 )
-from coordinator.core.explain import duration_text, explain
+from coordinator.core.explain import duration_text, explain, explain_jobs
 from coordinator.core.history import Event, Timeline
 from coordinator.core.replay import Replay
 from tests.core.test_properties import PROPS, policy_of, workloads
@@ -129,6 +129,15 @@ def test_before_a_pass_a_job_that_fits_starts_at_the_next_pass() -> None:
     )
 
 
+def test_a_job_no_node_can_hold_is_told_it_will_be_spread() -> None:
+    """4 GPUs on 2x2 nodes cannot be consolidated: the words say what the placement does."""
+    s = sched(placement="skew", gpus=(2, 2))
+    submit(s, "j1", 4, skew=0.9)
+    submit(s, "j2", 2)
+    assert explain(s, 0.0)["j1"].text.endswith("it will be spread: no node has 4 GPUs")
+    assert explain(s, 0.0)["j2"].text.endswith("it will be consolidated (skew not measured yet)")
+
+
 def test_minimum_run_time_and_non_checkpointable_jobs_are_named() -> None:
     s = sched(queue_thresholds=(100.0,), min_run=300.0)
     submit(s, "j1", 2)
@@ -187,6 +196,11 @@ def test_after_every_pass_the_reasons_agree_with_the_next_pass(
         assert all(s.job(j).state is JobState.WAITING for j in why)
         assert [p.overall for p in why.values()] == list(range(1, len(why) + 1))
         assert {p.reason for p in why.values()} <= {"gpus", "blocked", "placement", "nodes"}
+        # a page is worded as the whole line words it; a job not waiting has no place
+        page = waiting[1::3]
+        running = [j.job_id for j in s.jobs() if j.state is JobState.RUNNING][:1]
+        paged = explain_jobs(s, now, [*running, *reversed(page)])
+        assert list(paged) == page and paged == {j: why[j] for j in page}
 
 
 def test_timeline_tells_each_job_in_words() -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from fractions import Fraction
 
 import pytest
@@ -103,3 +104,11 @@ def test_thresholds_split_where_the_index_falls() -> None:
     # light-tailed: the longer a job has run, the sooner it ends, so one FIFO queue is right
     uniform = ServiceDistribution([1000.0 + i for i in range(1000)])
     assert uniform.thresholds(floor=0.0, spacing=1.0, max_queues=6) == ()
+
+
+def test_a_sample_a_hair_above_the_attained_service_has_a_finite_index() -> None:
+    """Found by hypothesis: prefix sums rounded the service left past ``a`` to 0 and the
+    index divided by it. Every sample above ``a`` leaves a positive remainder."""
+    samples = [3.3 * k for k in range(1, 31) if 3.3 * k < 100] + [100.00000000000003]
+    index = ServiceDistribution(samples).index(100.0, 1e300, False)
+    assert 0 < index < math.inf

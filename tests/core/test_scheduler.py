@@ -24,6 +24,7 @@ from coordinator.core import (
     make_placement,
     make_policy,
 )
+from coordinator.core.free import FreeCounts
 
 CP = ExitOutcome.CHECKPOINTED
 
@@ -479,7 +480,7 @@ def place(
 
     nodes = {n: Node(n, tuple(range(size)), (switches or {}).get(n)) for n in free}
     return make_placement(placement, packlimit=0.5).choose(
-        Job(spec("j", gpus, skew=skew)), free, nodes
+        Job(spec("j", gpus, skew=skew)), FreeCounts.of(free, nodes)
     )
 
 
@@ -501,8 +502,10 @@ def test_placements() -> None:
     hetero = {"big": Node("big", (0, 1, 2, 3)), "s1": Node("s1", (0, 1)), "s2": Node("s2", (0, 1))}
     yarn = make_placement("yarn")
     # 3 GPUs fit the big node's size: wait for it rather than take the two small ones
-    assert yarn.choose(Job(spec("j", 3)), {"big": 0, "s1": 2, "s2": 2}, hetero) is None
-    assert yarn.choose(Job(spec("j", 5)), {"big": 4, "s1": 2, "s2": 1}, hetero) == {
+    assert (
+        yarn.choose(Job(spec("j", 3)), FreeCounts.of({"big": 0, "s1": 2, "s2": 2}, hetero)) is None
+    )
+    assert yarn.choose(Job(spec("j", 5)), FreeCounts.of({"big": 4, "s1": 2, "s2": 1}, hetero)) == {
         "big": 4,
         "s1": 1,
     }
@@ -581,9 +584,10 @@ def test_gittins_policy_learns_and_refiles_waiting_jobs() -> None:
 @pytest.mark.parametrize("interval", [0.0, 2.0])
 def test_gittins_index_of_running_jobs_moves_at_ticks_with_an_interval(interval: float) -> None:
     """Most jobs finish within 1 GPU-s, so a job that has run 1.5 s has a low index. Without an
-    interval the unrelated arrival at 1.5 makes b (index G(0)) preempt a at once; with one, a
-    keeps its index of the last tick (0: G(0), a tie that a wins as the earlier start) until
-    the tick at 2."""
+    interval a running job is ranked by its service when its run began (the guard against
+    thrashing): a keeps G(0), a tie with b that a wins as the running job, at the unrelated
+    arrival at 1.5 as at every pass. With one, a keeps its index of the last tick (G(0) until
+    the tick at 2), then b preempts it: the paper's Figure 7 model."""
     dist = ServiceDistribution([1.0, 1.0, 1.0, 100.0])
     s = Scheduler(
         [Node("n", (0,))],
@@ -595,11 +599,12 @@ def test_gittins_index_of_running_jobs_moves_at_ticks_with_an_interval(interval:
     s.submit(spec("b", 1, arrival=0.5), 0.5)
     assert settle(s, 0.5) == []  # a at 0.5 GPU-s is as likely to finish soon as b
     s.submit(spec("c", 1, arrival=1.5), 1.5)
-    d = settle(s, 1.5)
+    assert settle(s, 1.5) == []
+    d = settle(s, 2.0)
     if interval:
+        assert preempted(d) == ["a"] and started(d) == ["b"]
+    else:
         assert d == []
-        d = settle(s, 2.0)
-    assert preempted(d) == ["a"] and started(d) == ["b"]
 
 
 def test_pass_looks_only_at_jobs_that_can_matter() -> None:

@@ -88,5 +88,7 @@ def test_batches_split_by_time_and_survive_a_restore() -> None:
 def test_bad_service_groups_are_refused() -> None:
     with pytest.raises(CoreError, match="service groups"):
         build_scheduler(Settings(service_groups=("colour",)))
+    with pytest.raises(CoreError, match=r"distinct features.*got user, user"):
+        build_scheduler(Settings(service_groups=("user", "user")))
     with pytest.raises(CoreError, match="running-first"):
         build_scheduler(Settings(service_groups=("user",), queue_order="first-start"))
