@@ -19,14 +19,25 @@ from coordinator.core.model import CoreError
 from coordinator.core.settings import build_scheduler
 from coordinator.scheduling_flags import MEASURED, scheduling_options, scheduling_settings
 from coordinator.sim.cluster import cluster_from_file, cluster_from_shape
-from coordinator.sim.engine import SimOptions, core_settings
+from coordinator.sim.data import resolve_trace
+from coordinator.sim.engine import ELASTIC_ALPHA, SimOptions, core_settings
 from coordinator.sim.report import Bins, format_report, json_summary, write_outputs
 from coordinator.sim.session import report_refused, run_one, sweep
 from coordinator.sim.sweep import SWEEP_NAMES, SweepError
-from coordinator.sim.traces import FORMATS, TraceError, load_trace, parse_when, resolve_trace
-from tiresias_cli.kit import ARGV, Command, argument, json_option, option, usage_error, words
+from coordinator.sim.traces import FORMATS, TraceError, load_trace, parse_when
+from tiresias_cli.kit import (
+    ARGV,
+    Command,
+    argument,
+    json_option,
+    option,
+    usage_error,
+    version_option,
+    words,
+)
 from tiresias_cli.kit import run as run_cli
 from tiresias_cli.values import (
+    COUNT,
     FRACTION,
     POSITIVE_COUNT,
     POSITIVE_SECONDS,
@@ -98,6 +109,7 @@ DESCRIPTION = (
 
 
 @click.command("tiresias-sim", cls=Command, help=DESCRIPTION, epilog=EXAMPLES, greedy=["--sweep"])
+@version_option()
 @argument(
     "trace",
     type=PATH,
@@ -157,7 +169,7 @@ DESCRIPTION = (
     help="initial service distribution of tiresias-g and of learned thresholds: CSV with "
     "header 'duration', GPU-s (or a shipped sample's name, e.g. yarn-gput1000)",
 )
-@scheduling_options("gittins_variant", "gittins_learn", section=SCHEDULING)
+@scheduling_options("gittins_variant", "gittins_learn", "rules", section=SCHEDULING)
 @option(
     "--placement",
     metavar="NAME",
@@ -181,6 +193,24 @@ DESCRIPTION = (
     help="run-time factor for a job with skew > PACKLIMIT spread over machines",
 )
 @option(
+    "--elastic",
+    "elastic_fraction",
+    type=FRACTION,
+    section=MODELS,
+    help="share of the multi-GPU jobs made elastic, on [max(1, GPUs // 4), GPUs]: below "
+    "their ask they run only on GPUs no other selected job needs, shrink instead of being "
+    "preempted and grow back while nobody waits (Amdahl-style speed, resizes cost a "
+    "preemption's checkpoint and restore)",
+)
+@option("--elastic-seed", type=COUNT, default=0, section=MODELS, help="seed of the --elastic draw")
+@option(
+    "--elastic-alpha",
+    type=FRACTION,
+    default=ELASTIC_ALPHA,
+    section=MODELS,
+    help="serial share of a training step: w GPUs train at w / (1 + alpha (w - 1)) one-GPU speeds",
+)
+@option(
     "--sweep",
     "sweeps",
     type=Checked(words, "NAME VALUE…"),
@@ -191,7 +221,7 @@ DESCRIPTION = (
     "0.8 1.1. Writes DIR/sweep.csv (a rerun resumes it), sweep.md, sweep.png",
 )
 @option(
-    "--workers",
+    "--processes",
     type=POSITIVE_COUNT,
     default=os.cpu_count() or 1,
     show_default="one per CPU",
@@ -241,6 +271,9 @@ def command(**a: Any) -> int:
             queues=args.queues,
             preempt_cost=args.preempt_cost,
             packing_slowdown=args.packing_slowdown,
+            elastic_fraction=args.elastic_fraction,
+            elastic_seed=args.elastic_seed,
+            elastic_alpha=args.elastic_alpha,
         )
         for name in args.policies:  # reject bad knobs before minutes of simulation
             build_scheduler(core_settings(name, options), nodes)
@@ -276,7 +309,7 @@ def command(**a: Any) -> int:
                 args.sweeps,
                 args.out,
                 argv,
-                args.workers,
+                args.processes,
                 args.no_progress,
             )
         except (SweepError, CoreError) as e:

@@ -12,10 +12,12 @@ from __future__ import annotations
 import dataclasses
 import heapq
 import math
+import random
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
+from coordinator.core import events
 from coordinator.core.explain import explain
 from coordinator.core.history import Timeline
 from coordinator.core.model import (
@@ -35,6 +37,7 @@ from coordinator.sim.profiles import DEFAULT_PROFILE, profile
 # Same-instant order: free GPUs first, then let new jobs in, then schedule.
 _COMPLETE, _CHECKPOINTED = 0, 1
 _MAX_PASSES_PER_INSTANT = 10_000
+ELASTIC_ALPHA = 0.05  # serial share of a step: 8 GPUs train 5.9x as fast as 1
 
 
 @dataclass(frozen=True)
@@ -53,9 +56,17 @@ class SimOptions:
     # Keep every decision with its time in SimResult.decisions (tests compare orders). Off by
     # default: on a long trace a time-sharing policy's log alone takes a gigabyte.
     keep_decisions: bool = False
-    # Keep each job's pending reasons and history in words (JobRecord.reasons, .history), as
+    # Keep each job's pending reasons and history in words (JobResult.reasons, .history), as
     # the live service tells them (coordinator.core.explain and .history); --out writes them.
     explain: bool = False
+    # Elastic jobs (docs/simulator.md "Elastic jobs"): this share of the jobs that ask for 2
+    # or more GPUs, drawn with ``elastic_seed``, runs on any count from a quarter of its ask
+    # (at least 1) up to it; trace rows that give their own range keep it.
+    elastic_fraction: float | None = None
+    elastic_seed: int = 0
+    # Amdahl-style scaling of an elastic job: on w GPUs it trains at w / (1 + alpha (w - 1))
+    # (its trace duration is at its ask), so fewer GPUs are each a little more efficient.
+    elastic_alpha: float = ELASTIC_ALPHA
 
     @classmethod
     def of(cls, **options: object) -> SimOptions:
@@ -81,7 +92,7 @@ _SETTINGS = {f.name for f in dataclasses.fields(Settings)}
 
 
 @dataclass
-class JobRecord:
+class JobResult:
     """What happened to one job. Times are in trace seconds."""
 
     job_id: str
@@ -92,11 +103,14 @@ class JobRecord:
     finish: float | None = None
     queueing: float = 0.0  # total time WAITING (before the first start and after preemptions)
     preemptions: int = 0
+    resizes: int = 0  # checkpointed restarts at another size (elastic jobs; in preemptions)
     model: str | None = None
     # with SimOptions.explain: (time, queue, reason, text) each time the reason or queue of
-    # its wait changed, and (time, text) of each event of its history
-    reasons: list[tuple[float, int, str, str]] = field(default_factory=list)
-    history: list[tuple[float, str]] = field(default_factory=list)
+    # its wait changed, and (time, text) of each event of its history. Empty tuples without
+    # it: a replay keeps every job's result, and two empty lists each were most of what
+    # the garbage collector walked (and what made it run) on a long trace.
+    reasons: Sequence[tuple[float, int, str, str]] = ()
+    history: Sequence[tuple[float, str]] = ()
 
     @property
     def jct(self) -> float:
@@ -109,7 +123,7 @@ class SimResult:
     policy: str
     options: SimOptions
     gpus: int  # GPUs in the cluster
-    jobs: list[JobRecord]  # completed jobs, in arrival order
+    jobs: list[JobResult]  # completed jobs, in arrival order
     decisions: list[tuple[float, Decision]]  # with keep_decisions: each with its time, in order
     skipped: list[tuple[str, str]] = field(default_factory=list)  # (job id, core's reason)
     passes: int = 0  # Scheduler.schedule calls
@@ -138,13 +152,14 @@ class _Run:
     and packing slowdown do not advance training)."""
 
     spec: JobSpec
-    record: JobRecord
+    record: JobResult
     checkpoint_s: float
     restore_s: float
     done: float = 0.0  # seconds of training done, at full speed
     work_start: float = 0.0  # when the current run starts training (after its restore)
     held_since: float = 0.0  # when it took its GPUs
     slowdown: float = 1.0
+    held: int = 0  # GPUs of the current run
     wait_since: float = 0.0
     version: int = 0  # bumps on preemption so a stale completion event is ignored
 
@@ -181,7 +196,7 @@ class _Simulation:
         for s in specs:
             if s.duration is None:
                 raise ValueError(f"job {s.job_id}: the simulator needs a true duration")
-        self.specs = sorted(specs, key=lambda s: (s.arrival, s.job_id))
+        self.specs = elastic_specs(sorted(specs, key=lambda s: (s.arrival, s.job_id)), opts)
         self.opts = opts
         settings = core_settings(policy, opts)
         self.sched = build_scheduler(settings, nodes)
@@ -193,7 +208,10 @@ class _Simulation:
         self.events: list[tuple[float, int, int, str, int]] = []  # time, kind, seq, job, ver
         self.seq = 0
         self.timeline = Timeline() if opts.explain else None
-        self.records: dict[str, JobRecord] = {}  # every job submitted, with explain
+        # with explain: each job submitted → the lists of its record's reasons and history
+        self.notes: dict[str, tuple[list[tuple[float, int, str, str]], list[tuple[float, str]]]]
+        self.notes = {}
+        self.finished: list[str] = []  # completed at this instant, retired after it
 
     def run(self, progress: Callable[[int], None] | None) -> SimResult:
         specs, sched, result = self.specs, self.sched, self.result
@@ -201,12 +219,12 @@ class _Simulation:
         wakeup: float | None = None
         now = -math.inf
         while True:
-            candidates = [wakeup if wakeup is not None else math.inf]
-            if self.events:
-                candidates.append(self.events[0][0])
-            if nxt < len(specs):
-                candidates.append(specs[nxt].arrival)
-            t = min(candidates)
+            t = wakeup if wakeup is not None else math.inf  # the earliest of the three
+            self._drop_stale()
+            if self.events and self.events[0][0] < t:
+                t = self.events[0][0]
+            if nxt < len(specs) and specs[nxt].arrival < t:
+                t = specs[nxt].arrival
             if t == math.inf:
                 break
             now = t
@@ -219,6 +237,9 @@ class _Simulation:
             self._schedule(now)
             if self.timeline is not None:
                 self._explain(now)
+            for job_id in self.finished:  # the report has them: the core forgets them
+                sched.retire(job_id)
+            self.finished.clear()
             if done and progress:
                 progress(done)
             wakeup = sched.next_wakeup(now)
@@ -232,6 +253,17 @@ class _Simulation:
         result.jobs.sort(key=lambda r: (r.arrival, r.job_id))
         return result
 
+    def _drop_stale(self) -> None:
+        """Forget the completions of runs that were preempted, so that they make no instant
+        (a pass at a time where nothing happened would re-rank and demote as an event)."""
+        events = self.events
+        while events and events[0][1] == _COMPLETE:
+            _, _, _, job_id, version = events[0]
+            run = self.runs.get(job_id)  # None: a faster later run (grown) completed first
+            if run is not None and version == run.version:
+                return
+            heapq.heappop(events)
+
     def _push(self, t: float, kind: int, job_id: str, version: int) -> None:
         self.seq += 1
         heapq.heappush(self.events, (t, kind, self.seq, job_id, version))
@@ -241,20 +273,21 @@ class _Simulation:
         completed = 0
         while self.events and self.events[0][0] <= now:
             _, kind, _, job_id, version = heapq.heappop(self.events)
-            run = self.runs[job_id]
+            run = self.runs.get(job_id)
             if kind == _COMPLETE:
-                if version != run.version:
+                if run is None or version != run.version:
                     continue  # it was preempted before finishing
                 self.result.events += 1
                 self.sched.exited(job_id, now, ExitOutcome.COMPLETED)
                 self._release(run, now)
                 run.record.finish = now
                 self.result.jobs.append(run.record)
+                self.finished.append(job_id)
                 del self.runs[job_id]
                 completed += 1
             else:
                 self.result.events += 1
-                self._checkpointed(run, now)
+                self._checkpointed(self.runs[job_id], now)
         return completed
 
     def _arrive(self, spec: JobSpec, now: float) -> bool:
@@ -271,26 +304,27 @@ class _Simulation:
         )
         if ckpt or restore:
             self.sched.update_costs(spec.job_id, ckpt, restore)
-        record = JobRecord(
+        record = JobResult(
             spec.job_id, spec.gpus, spec.arrival, float(spec.duration or 0.0), model=spec.model
         )
         self.runs[spec.job_id] = _Run(spec, record, ckpt, restore, wait_since=now)
         if self.timeline is not None:
-            self.records[spec.job_id] = record
+            notes = self.notes[spec.job_id] = [], []
+            record.reasons, record.history = notes
         return True
 
     def _explain(self, now: float) -> None:
         """Note what happened at ``now`` and why each waiting job waits, when that changed."""
         assert self.timeline is not None
         for e in self.timeline.observe(self.sched, now):
-            self.records[e.job_id].history.append((e.time, e.text))
+            self.notes[e.job_id][1].append((e.time, e.text))
 
         def changed(job: Job, reason: str) -> bool:
-            reasons = self.records[job.job_id].reasons
+            reasons = self.notes[job.job_id][0]
             return not reasons or reasons[-1][1:3] != (job.queue, reason)
 
         for p in explain(self.sched, now, changed).values():
-            self.records[p.job_id].reasons.append((now, p.queue, p.reason, p.text))
+            self.notes[p.job_id][0].append((now, p.queue, p.reason, p.text))
 
     def _schedule(self, now: float) -> None:
         """Passes at ``now`` while they free GPUs: a preemption whose checkpoint is free exits
@@ -306,7 +340,9 @@ class _Simulation:
                 if isinstance(d, Start):
                     self._start(self.runs[d.job_id], d, now)
                 elif isinstance(d, Preempt):
-                    freed |= self._preempt(self.runs[d.job_id], now)
+                    run = self.runs[d.job_id]
+                    run.record.resizes += d.stop.size is not None
+                    freed |= self._preempt(run, now)
                 elif isinstance(d, Kill):
                     raise RuntimeError(f"core killed {d.job_id}, but the simulator cancels none")
             if not freed:
@@ -327,7 +363,13 @@ class _Simulation:
         skew = run.spec.skew
         spread = len(start.allocation.nodes) > 1
         sensitive = skew is not None and self.packlimit is not None and skew > self.packlimit
+        run.held = start.allocation.count
+        if run.spec.min_gpus is not None:  # its runtime keeps the global batch: it says so
+            self.sched.apply(events.Release(run.spec.job_id, now))
         run.slowdown = factor if factor and spread and sensitive else 1.0
+        if run.held != run.spec.gpus:  # an elastic job below its ask trains slower
+            alpha = self.opts.elastic_alpha
+            run.slowdown *= amdahl(run.spec.gpus, alpha) / amdahl(run.held, alpha)
         finish = run.work_start + (record.duration - run.done) * run.slowdown
         self._push(finish, _COMPLETE, record.job_id, run.version)
 
@@ -348,7 +390,28 @@ class _Simulation:
         run.wait_since = now
 
     def _release(self, run: _Run, now: float) -> None:
-        self.result.busy_gpu_seconds += run.spec.gpus * (now - run.held_since)
+        self.result.busy_gpu_seconds += run.held * (now - run.held_since)
+
+
+def amdahl(gpus: int, alpha: float) -> float:
+    """Training speed on ``gpus`` GPUs, in one GPU's: w / (1 + alpha (w - 1))."""
+    return gpus / (1.0 + alpha * (gpus - 1))
+
+
+def elastic_specs(specs: list[JobSpec], opts: SimOptions) -> list[JobSpec]:
+    """``specs`` with ``opts.elastic_fraction`` of the multi-GPU ones made elastic, on
+    [max(1, gpus // 4), gpus], drawn with ``opts.elastic_seed`` (same jobs for every
+    policy of a run)."""
+    share = opts.elastic_fraction
+    if not share:
+        return specs
+    draw = random.Random(opts.elastic_seed)
+    return [
+        dataclasses.replace(s, min_gpus=max(1, s.gpus // 4))
+        if s.min_gpus is None and s.gpus > 1 and draw.random() < share
+        else s
+        for s in specs
+    ]
 
 
 def core_settings(policy: str, opts: SimOptions) -> Settings:

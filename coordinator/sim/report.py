@@ -10,10 +10,12 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
-from coordinator.sim.engine import JobRecord, SimResult
+from coordinator.sim.engine import JobResult, SimResult
+from coordinator.sim.optional import pyplot
 
 # Metric name → column title; the JSON keys are the names.
 METRICS: dict[str, str] = {
@@ -38,7 +40,7 @@ class Bins:
     gpus: int = 8
     duration: float = 3600.0
 
-    def name(self, job: JobRecord) -> str:
+    def name(self, job: JobResult) -> str:
         size = "large" if job.gpus >= self.gpus else "small"
         length = "long" if job.duration >= self.duration else "short"
         return f"{size}-{length}"
@@ -50,12 +52,12 @@ class Bins:
         return f"large: ≥ {self.gpus} GPUs; long: ≥ {self.duration:g} s"
 
 
-def job_metrics(jobs: Sequence[JobRecord]) -> dict[str, float]:
+def job_metrics(jobs: Sequence[JobResult]) -> dict[str, float]:
     """JCT and queueing statistics of ``jobs`` (NaN when there are none)."""
     jct = np.array([j.jct for j in jobs], dtype=float)
     queue = np.array([j.queueing for j in jobs], dtype=float)
 
-    def stat(values: np.ndarray, fn: str, q: float = 50.0) -> float:
+    def stat(values: np.ndarray[Any, Any], fn: str, q: float = 50.0) -> float:
         if not len(values):
             return float("nan")
         return float(values.mean() if fn == "mean" else np.percentile(values, q))
@@ -81,7 +83,7 @@ def summary(result: SimResult) -> dict[str, float]:
 
 
 def by_bin(result: SimResult, bins: Bins) -> dict[str, dict[str, float]]:
-    groups: dict[str, list[JobRecord]] = {name: [] for name in bins.names()}
+    groups: dict[str, list[JobResult]] = {name: [] for name in bins.names()}
     for job in result.jobs:
         groups[bins.name(job)].append(job)
     return {name: {k: job_metrics(jobs)[k] for k in BIN_METRICS} for name, jobs in groups.items()}
@@ -151,7 +153,8 @@ def format_report(results: Sequence[SimResult], bins: Bins, *, markdown: bool = 
 
 def json_summary(results: Sequence[SimResult]) -> dict[str, object]:
     """The ``--json`` document: metrics per policy, NaN (no jobs) as null."""
-    return jsonable({"policies": {r.policy: summary(r) for r in results}})
+    doc: dict[str, object] = {"policies": {r.policy: summary(r) for r in results}}
+    return {k: jsonable(v) for k, v in doc.items()}
 
 
 def jsonable(doc: object) -> object:
@@ -163,7 +166,9 @@ def jsonable(doc: object) -> object:
     return None if isinstance(doc, float) and doc != doc else doc
 
 
-def write_outputs(out: Path, results: Sequence[SimResult], bins: Bins, meta: dict) -> list[Path]:
+def write_outputs(
+    out: Path, results: Sequence[SimResult], bins: Bins, meta: dict[str, Any]
+) -> list[Path]:
     """Per-job CSV per policy, ``summary.json`` (metrics, bins, ``meta``) and ``jct_cdf.png``."""
     out.mkdir(parents=True, exist_ok=True)
     written = []
@@ -217,11 +222,11 @@ def write_outputs(out: Path, results: Sequence[SimResult], bins: Bins, meta: dic
     path = out / "summary.json"
     path.write_text(json.dumps(jsonable(doc), indent=2, allow_nan=False) + "\n")
     written.append(path)
-    written.append(_plot_cdf(out / "jct_cdf.png", results))
-    return written
+    cdf = _plot_cdf(out / "jct_cdf.png", results)
+    return [*written, cdf] if cdf else written
 
 
-def reasons_doc(job: JobRecord) -> dict[str, object]:
+def reasons_doc(job: JobResult) -> dict[str, object]:
     """One job's pending reasons and history, as ``reasons-POLICY.jsonl`` has them."""
     return {
         "job_id": job.job_id,
@@ -234,7 +239,7 @@ def reasons_doc(job: JobRecord) -> dict[str, object]:
     }
 
 
-def main_reason(job: JobRecord) -> str | None:
+def main_reason(job: JobResult) -> str | None:
     """The reason the job waited under longest (None: it never waited after a pass). A wait
     under a reason lasts until the next reason or the job's next start."""
     starts = [t for t, text in job.history if text.startswith(("started", "restarted"))]
@@ -247,11 +252,10 @@ def main_reason(job: JobRecord) -> str | None:
     return max(waited, key=lambda k: waited[k]) if waited else None
 
 
-def _plot_cdf(path: Path, results: Sequence[SimResult]) -> Path:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+def _plot_cdf(path: Path, results: Sequence[SimResult]) -> Path | None:
+    plt = pyplot("JCT CDF plot")
+    if plt is None:
+        return None
 
     fig, ax = plt.subplots(figsize=(6, 4))
     for r in results:

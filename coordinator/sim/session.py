@@ -11,16 +11,15 @@ from pathlib import Path
 from coordinator.core.model import JobSpec, Node
 from coordinator.sim.cluster import cluster_from_shape
 from coordinator.sim.engine import SimOptions, SimResult, run
+from coordinator.sim.optional import progress_bar
 from coordinator.sim.sweep import format_table, parse_grid, plot, run_sweep
 
 
 def run_one(
     specs: list[JobSpec], nodes: list[Node], policy: str, options: SimOptions, quiet: bool
 ) -> SimResult:
-    from tqdm import tqdm
-
     # disable=None: no bar when stderr is not a terminal; delay: none for short runs.
-    with tqdm(
+    with progress_bar(
         total=len(specs),
         desc=policy,
         unit="job",

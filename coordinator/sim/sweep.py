@@ -20,6 +20,7 @@ from coordinator.core.gittins import service_features
 from coordinator.core.model import JobSpec, Node
 from coordinator.core.settings import build_scheduler
 from coordinator.sim.engine import SimOptions, core_settings, run
+from coordinator.sim.optional import progress_bar, pyplot
 from coordinator.sim.report import METRICS, _fmt, _table, summary
 
 
@@ -45,6 +46,7 @@ OPTION_PARSERS: dict[str, Callable[[str], object]] = {
     "queue_order": str,
     "min_run": float,
     "min_run_restores": float,
+    "elastic_payback": float,
     "cheap_victims": _flag,
     "learn_thresholds": _flag,
     "service_groups": service_features,
@@ -72,7 +74,7 @@ class Config:
 
 def parse_grid(items: Sequence[Sequence[str]]) -> list[tuple[str, list[str]]]:
     """``--sweep NAME V1 V2 …`` arguments → [(name, values)], names validated."""
-    grid = []
+    grid: list[tuple[str, list[str]]] = []
     for item in items:
         name, *values = item
         name = name.replace("-", "_")
@@ -162,12 +164,10 @@ def run_sweep(
     global _SPECS
     _SPECS = specs
     start = time.perf_counter()
-    from tqdm import tqdm
-
     new_file = not path.exists()
     with (
         path.open("a", newline="") as f,
-        tqdm(
+        progress_bar(
             total=len(todo),
             initial=len(todo) - len(pending),
             desc="sweep",
@@ -237,10 +237,9 @@ def plot(
     policy); None for more."""
     if not 1 <= len(grid) <= 2:
         return None
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot("sweep plot")
+    if plt is None:
+        return None
 
     policies = list(dict.fromkeys(r["policy"] for r in rows))
     value = {(r["policy"], *(r[n] for n, _ in grid)): float(r["avg_jct"]) for r in rows}

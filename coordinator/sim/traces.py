@@ -296,7 +296,11 @@ def _read_json(path: Path, skipped: Counter[str]) -> Iterator[_Row]:
             raise TraceError(f"{path}, line {e.lineno}, column {e.colno}: {e.msg}") from None
         except RecursionError:
             raise TraceError(f"{_where(path, text, pos)}: a job nested too deeply") from None
-        row = _json_job(job, lambda msg, p=pos: TraceError(f"{_where(path, text, p)}: {msg}"))
+
+        def fail(msg: str, p: int = pos) -> TraceError:
+            return TraceError(f"{_where(path, text, p)}: {msg}")
+
+        row = _json_job(job, fail)
         if isinstance(row, str):
             skipped[row] += 1
         else:

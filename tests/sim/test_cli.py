@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -26,6 +28,7 @@ def run_json(capsys: pytest.CaptureFixture[str], *args: str) -> dict:
     return json.loads(capsys.readouterr().out)
 
 
+@pytest.mark.slow  # starts a process
 @pytest.mark.skipif(shutil.which("tiresias-sim") is None, reason="console script not installed")
 def test_figure7_console_script() -> None:
     """The paper's worked example, through the installed entry point: SRSF 28/3, LAS 35/3."""
@@ -83,6 +86,28 @@ def test_out_dir(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     assert summary["bins"]["srsf"]["small-short"]["jobs"] == 3
     assert summary["bins"]["srsf"]["large-long"]["avg_jct"] is None  # empty bin: null, not NaN
     assert (out / "jct_cdf.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.slow  # a process of its own, where the fakes shadow the real packages
+def test_without_the_sim_extra_it_runs_and_says_what_is_not_drawn(tmp_path: Path) -> None:
+    """matplotlib and tqdm are the ``sim`` extra, not base dependencies: shadowed by
+    packages that fail to import, the run writes everything but the plot, and says so."""
+    fake = tmp_path / "fake"
+    for name in ("matplotlib", "tqdm"):
+        (fake / name).mkdir(parents=True)
+        (fake / name / "__init__.py").write_text(f"raise ImportError('no {name} here')\n")
+    out = tmp_path / "res"
+    args = [*FIGURE7_ARGS, "--policy", "las", "--out", str(out)]
+    code = "import sys; from coordinator.sim.cli import main; sys.exit(main(sys.argv[1:]))"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(fake), str(ROOT)])}
+    done = subprocess.run(
+        [sys.executable, "-c", code, *args], capture_output=True, text=True, env=env, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    assert "11.67" in done.stdout
+    assert (out / "summary.json").exists() and not (out / "jct_cdf.png").exists()
+    assert "no JCT CDF plot: matplotlib is not installed" in done.stderr
+    assert "pip install 'tiresias[sim]'" in done.stderr and "Traceback" not in done.stderr
 
 
 def test_bins_split(capsys: pytest.CaptureFixture[str]) -> None:
@@ -195,3 +220,20 @@ def test_out_with_reasons_tells_why_each_job_waited(
     code = main([*args, "--policy", "tiresias-l", "--reasons"])
     assert code == 2
     assert "--reasons needs --out DIR" in capsys.readouterr().err
+
+
+def test_elastic_jobs_start_on_what_fits(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """--elastic 1: the 4-GPU job starts on the 3 GPUs the 1-GPU job leaves, instead of
+    waiting for all 4; its resize is counted as a preemption."""
+    trace = tmp_path / "t.csv"
+    trace.write_text(
+        "job_id,num_gpu,submit_time,iterations,model_name,duration,interval\n"
+        "1,1,0,1,,100,0\n2,4,0,1,,100,0\n"
+    )
+    args = (str(trace), "--cluster", "1x4", "--policy", "tiresias-l")
+    rigid = run_json(capsys, *args)["policies"]["tiresias-l"]
+    elastic = run_json(capsys, *args, "--elastic", "1")["policies"]["tiresias-l"]
+    assert elastic["avg_jct"] < rigid["avg_jct"]
+    assert (rigid["preemptions"], elastic["preemptions"]) == (0, 1)

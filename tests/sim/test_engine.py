@@ -152,6 +152,7 @@ def test_philly_slice_tiresias_beats_fifo_like_baseline() -> None:
     derandomize=True,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
 )
+@pytest.mark.slow  # a whole-trace replay (about 20 s)
 @given(rows=jobs_strategy, policy=st.sampled_from(POLICY_NAMES))
 def test_a_pass_without_preemptions_leaves_nothing_to_do(
     rows: list[tuple[int, int, int]], policy: str, monkeypatch: pytest.MonkeyPatch

@@ -23,7 +23,7 @@ def test_sweep_runs_the_grid_and_resumes(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     out = tmp_path / "sw"
-    args = [*FIGURE7, "--policy", "srsf", "--policy", "las", "--workers", "2", "--out", str(out)]
+    args = [*FIGURE7, "--policy", "srsf", "--policy", "las", "--processes", "2", "--out", str(out)]
     grid = ["--sweep", "cluster", "1x2", "1x8"]
     assert main([*args, *grid]) == 0
     got = {(r["policy"], r["cluster"]): float(r["avg_jct"]) for r in rows(out)}

@@ -1,16 +1,15 @@
-"""Side by side with the Tiresias authors' simulator: the same week-long slices of the Philly
-trace (one virtual cluster each), the same cluster, under their ``dlas-gpu`` (Tiresias-L) and
-``shortest-gpu`` (SRSF) and under ``tiresias-sim``; writes docs/results/reference.md.
+"""Side by side with the Tiresias authors' simulator: the same slices of the Philly trace
+(families in ``reference_slices.py``), the same cluster, under their ``dlas-gpu``
+(Tiresias-L), ``dlas-gpu-gittins`` (Tiresias-G) and ``shortest-gpu`` (SRSF) and under
+``tiresias-sim``; writes docs/results/reference.md: the authors'-rules reproduction, our
+rows against theirs per run, and per row the geo-mean and worst ratio of each goal.
 
 A benchmark, not a test: it needs ``run-reference`` (python 2.7, not part of this project),
-whose run time grows quadratically with the number of jobs, so slices stay at a few thousand
-jobs. Its results are cached in docs/results/reference.json (keyed by slice, cluster and
-schedule), so the table can be rebuilt, and our policies re-measured, without it.
-
-Each slice runs at two offered loads (total GPU-time of its jobs / (GPUs × 7 days)), about
-0.8 and 1.1: the cluster is N machines × 4 GPUs with N chosen to come closest; jobs larger
-than the cluster are left out of the slice for both simulators. Durations are whole seconds
-(at least 1), as the reference reads them.
+whose run time grows quadratically with the number of jobs (their Gittins: minutes on 2,000
+jobs), so slices stay small. Its results are cached in docs/results/reference.json (keyed by
+slice, cluster and schedule), so the tables can be rebuilt, and our policies re-measured,
+without it; a run not cached is made only with ``--reference`` (``dlas-gpu-gittins`` only on
+slices of at most ``GITTINS_MAX_JOBS`` jobs; rows of larger ones show "-").
 
     nice -n 10 python tools/reproduce/compare_reference.py \\
         --reference ../shared/reference/run-reference [--trace PATH] [--workers 2]
@@ -20,46 +19,35 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures
-import csv
 import json
 import math
 import shlex
 import statistics
-import subprocess
 import sys
-import tempfile
-from dataclasses import dataclass
-from datetime import datetime, timedelta
 from pathlib import Path
 
+from reference_slices import DAYS, FAMILIES, Case, cases, run_reference
+
 from coordinator.core import ServiceDistribution
-from coordinator.core.model import JobSpec
 from coordinator.core.queued import LEARNED_FLOOR, LEARNED_MAX_QUEUES, LEARNED_SPACING
 from coordinator.sim.cluster import cluster_from_shape
 from coordinator.sim.engine import SimOptions, run
 from coordinator.sim.report import job_metrics
-from coordinator.sim.traces import load_trace, parse_when, resolve_trace
+from coordinator.sim.traces import resolve_trace
 
 ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_TRACE = resolve_trace("philly")
 OUT = ROOT / "docs" / "results" / "reference.md"
-GPUS_PER_NODE = 4
-LOADS = (0.8, 1.1)
-DAYS = 7
-# (virtual cluster, first day): busy weeks of three virtual clusters, 1,200-6,100 jobs each.
-SLICES: tuple[tuple[str, str], ...] = (
-    ("6214e9", "2017-09-25"),
-    ("6c71a0", "2017-10-16"),
-    ("b436b2", "2017-10-16"),
-    ("11cb48", "2017-10-23"),
-    ("6c71a0", "2017-10-23"),
-    ("11cb48", "2017-11-06"),
-    ("6214e9", "2017-11-13"),
-    ("6214e9", "2017-11-20"),
-    ("6214e9", "2017-12-04"),
+# Our policy → the reference's schedule it faces.
+THEIRS = {"tiresias-l": "dlas-gpu", "tiresias-g": "dlas-gpu-gittins", "srsf": "shortest-gpu"}
+GITTINS_MAX_JOBS = 2000
+# The authors'-rules rows (all their rules, or all but one) and what each reproduces.
+AUTHORS = ("tiresias-l authors", "tiresias-g authors")
+ONE_RULE = (
+    "tiresias-l authors, our order",
+    "tiresias-l authors, exact demotion",
+    "tiresias-g authors, exact demotion",
 )
-# The reference's schedules and the row of ours each one faces.
-REFERENCE = {"dlas-gpu": "tiresias-l", "shortest-gpu": "srsf"}
 # Our rows: name → (policy, SimOptions fields).
 VARIANTS: dict[str, tuple[str, dict[str, object]]] = {
     "tiresias-l": ("tiresias-l", {}),
@@ -75,6 +63,28 @@ VARIANTS: dict[str, tuple[str, dict[str, object]]] = {
         {"thresholds": (3250.0, 7200.0), "queue_order": "first-start"},
     ),
     "srsf": ("srsf", {}),
+    # the authors' rules (coordinator.core.authors_rules), all of them and all but one
+    "tiresias-l authors": ("tiresias-l", {"rules": "authors", "thresholds": (3250.0, 7200.0)}),
+    "tiresias-g authors": (
+        "tiresias-g",
+        {"rules": "authors", "thresholds": (3250.0, 7200.0), "gittins_samples": "yarn-gput1000"},
+    ),
+    "tiresias-l authors, our order": (
+        "tiresias-l",
+        {"rules": "authors-our-order", "thresholds": (3250.0, 7200.0)},
+    ),
+    "tiresias-l authors, exact demotion": (
+        "tiresias-l",
+        {"rules": "authors-exact-demotion", "thresholds": (3250.0, 7200.0)},
+    ),
+    "tiresias-g authors, exact demotion": (
+        "tiresias-g",
+        {
+            "rules": "authors-exact-demotion",
+            "thresholds": (3250.0, 7200.0),
+            "gittins_samples": "yarn-gput1000",
+        },
+    ),
     "tiresias-l 3250,7200,36000,360000": (
         "tiresias-l",
         {"thresholds": (3250.0, 7200.0, 36000.0, 360000.0)},
@@ -140,86 +150,11 @@ VARIANTS: dict[str, tuple[str, dict[str, object]]] = {
 }
 DEFAULT_VARIANTS = (
     "tiresias-l",
-    "tiresias-l first-start",
-    "tiresias-l 3250,7200",
-    "tiresias-l 36000 first-start",
-    "tiresias-l oracle thresholds",
-    "tiresias-l groups gpus",
-    "tiresias-l groups gpus,batch",
+    "tiresias-g",
+    "tiresias-g history",
+    "tiresias-g yarn-gput1000",
     "srsf",
 )
-
-
-@dataclass(frozen=True)
-class Case:
-    """One slice at one load: its jobs (as written for both simulators) and cluster."""
-
-    vc: str
-    day: str
-    target: float
-    nodes: int
-    specs: tuple[JobSpec, ...]
-    left_out: int  # jobs larger than the cluster
-    history: tuple[float, ...]  # GPU service of the virtual cluster's jobs of the 28 days before
-
-    @property
-    def name(self) -> str:
-        return f"{self.vc} {self.day} @{self.target:g}"
-
-    @property
-    def gpus(self) -> int:
-        return self.nodes * GPUS_PER_NODE
-
-    @property
-    def load(self) -> float:
-        return sum(s.gpus * (s.duration or 0.0) for s in self.specs) / (self.gpus * DAYS * 86400)
-
-    @property
-    def key(self) -> str:
-        return f"{self.vc} {self.day} {self.nodes}x{GPUS_PER_NODE} {len(self.specs)}"
-
-
-def cases(trace: Path, slices: tuple[tuple[str, str], ...]) -> list[Case]:
-    out = []
-    for vc, day in slices:
-        start = parse_when(day)
-        specs = [
-            JobSpec(s.job_id, s.gpus, s.arrival, float(max(1, int(s.duration or 0))), vc=vc)
-            for s in load_trace(trace, start=start, end=start + timedelta(days=DAYS), vc=vc).specs
-        ]
-        before = load_trace(trace, start=start - timedelta(days=28), end=start, vc=vc).specs
-        history = tuple(s.gpus * (s.duration or 0.0) for s in before)
-        demand = sum(s.gpus * (s.duration or 0.0) for s in specs) / (DAYS * 86400)
-        for target in LOADS:
-            nodes = max(1, round(demand / (target * GPUS_PER_NODE)))
-            fit = tuple(s for s in specs if s.gpus <= nodes * GPUS_PER_NODE)
-            out.append(Case(vc, day, target, nodes, fit, len(specs) - len(fit), history))
-    return out
-
-
-def write_philly(case: Case, path: Path) -> None:
-    """The slice in the Philly CSV format ``run-reference`` reads (submission order kept)."""
-    t0 = datetime(2000, 1, 1)
-    with path.open("w", newline="") as f:
-        w = csv.writer(f)
-        w.writerow(["timestamp", "duration", "num_gpus", "gpu_time", "cluster"])
-        for s in case.specs:
-            when = t0 + timedelta(seconds=s.arrival)
-            d = int(s.duration or 0)
-            w.writerow([when.isoformat(sep=" "), d, s.gpus, d * s.gpus, case.vc])
-
-
-def run_reference(script: Path, case: Case, schedule: str) -> dict[str, float]:
-    """One reference run: its printed metrics (avg/median/p95 JCT, preemptions, wall_s)."""
-    with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "slice.csv"
-        write_philly(case, path)
-        cmd = [str(script), str(path), str(case.nodes), str(GPUS_PER_NODE), schedule]
-        out = subprocess.run(cmd, capture_output=True, text=True, check=False)
-    fields = dict(kv.split("=", 1) for kv in out.stdout.split() if "=" in kv)
-    if out.returncode or "avg_jct" not in fields:
-        raise RuntimeError(f"{case.name} {schedule}: {out.stdout.strip()} {out.stderr.strip()}")
-    return {k: float(v) for k, v in fields.items()}
 
 
 def run_ours(case: Case, variant: str) -> dict[str, float]:
@@ -235,7 +170,7 @@ def run_ours(case: Case, variant: str) -> dict[str, float]:
     elif isinstance(options.get("gittins_samples"), str):  # a shipped sample file
         with resolve_trace(str(options["gittins_samples"])).open() as f:
             options = options | {"gittins_samples": tuple(ServiceDistribution.parse(f).samples)}
-    nodes = cluster_from_shape(f"{case.nodes}x{GPUS_PER_NODE}")
+    nodes = cluster_from_shape(f"{case.nodes}x{case.gpus_per_node}")
     result = run(list(case.specs), nodes, policy, SimOptions.of(**options))
     m = job_metrics(result.jobs)
     return {k: m[k] for k in ("avg_jct", "median_jct", "p95_jct", "preemptions")} | {
@@ -248,113 +183,238 @@ def _cell(x: float, base: float | None = None) -> str:
     return text if base is None or not base else f"{text} ({x / base:.2f})"
 
 
-def misses(o: dict[str, float], d: dict[str, float], srsf: dict[str, float]) -> list[str]:
-    """The goals ``o`` misses against dlas-gpu ``d`` and our SRSF, each with its factor."""
-    out = []
-    for what, mine, theirs in (
-        ("avg", o["avg_jct"], d["avg_jct"]),
-        ("median", o["median_jct"], d["median_jct"]),
+def _theirs(ref: dict, case: Case, variant: str) -> dict[str, float] | None:
+    """The reference run our ``variant`` faces on ``case`` (None: not run)."""
+    return ref.get(f"{case.key} {THEIRS[VARIANTS[variant][0]]}")
+
+
+def misses(
+    o: dict[str, float], d: dict[str, float], srsf: dict[str, float], median: bool = True
+) -> list[str]:
+    """The goals ``o`` misses against the reference run ``d`` and our SRSF, each with its
+    factor (the median goal only where ``median``: tiresias-l against dlas-gpu)."""
+    goals = [("avg", o["avg_jct"], d["avg_jct"])]
+    if median:
+        goals.append(("median", o["median_jct"], d["median_jct"]))
+    goals += [
         ("preempt", o["preemptions"], d["preemptions"]),
         ("SRSF", o["avg_jct"], 1.15 * srsf["avg_jct"]),
-    ):
-        if mine > theirs + 0.5:
-            out.append(f"{what} {mine / theirs:.3f}×" if theirs else f"{what} {mine:.0f}")
-    return out
+    ]
+    return [
+        f"{what} {mine / theirs:.3f}×" if theirs else f"{what} {mine:.0f}"
+        for what, mine, theirs in goals
+        if mine > theirs + 0.5
+    ]
 
 
 def _geo(values: list[float]) -> float:
     return math.exp(statistics.fmean(math.log(v) for v in values))
 
 
-def tables(cs: list[Case], ref: dict, ours: dict, variants: list[str]) -> str:
-    """Per-run table for ``variants[0]`` (ratios to dlas-gpu) and a summary per variant."""
-    main = variants[0]
-    head = ["slice @load", "jobs", "GPUs", "load", "dlas-gpu avg / median / preempt"]
-    head += [f"`{main}` avg / median / preempt", "SRSF avg ref / ours", "÷ SRSF", "missed"]
+def _amp(m: dict[str, float]) -> str:
+    return f"{_cell(m['avg_jct'])} / {_cell(m['median_jct'])} / {m['preemptions']:.0f}"
+
+
+def _same(a: dict[str, float], b: dict[str, float]) -> str:
+    """Whether ours ``a`` equals theirs ``b`` in whole seconds (as theirs prints), else the
+    ratio of each metric that differs."""
+    names = {"avg_jct": "avg", "median_jct": "median", "preemptions": "preempt"}
+    differ = [
+        f"{name} {a[k] / b[k]:.4f}×" for k, name in names.items() if f"{a[k]:.0f}" != f"{b[k]:.0f}"
+    ]
+    return ", ".join(differ) or "equal"
+
+
+def _table(head: list[str], rows: list[list[str]]) -> str:
     lines = ["| " + " | ".join(head) + " |", "|---|" + "---:|" * (len(head) - 1)]
+    return "\n".join(lines + ["| " + " | ".join(r) + " |" for r in rows])
+
+
+def reproduction(cs: list[Case], ref: dict, ours: dict) -> str:
+    """The authors'-rules rows against the runs they reproduce (avg / median / preemptions)."""
+    rows = []
     for c in cs:
-        d, s = ref[f"{c.key} dlas-gpu"], ref[f"{c.key} shortest-gpu"]
-        o, srsf = ours[f"{c.key} {main}"], ours[f"{c.key} srsf"]
-        row = [c.name, f"{len(c.specs):,}", str(c.gpus), f"{c.load:.2f}"]
-        row.append(f"{_cell(d['avg_jct'])} / {_cell(d['median_jct'])} / {d['preemptions']:.0f}")
-        row.append(
-            f"{_cell(o['avg_jct'], d['avg_jct'])} / {_cell(o['median_jct'], d['median_jct'])}"
-            f" / {o['preemptions']:.0f}"
+        row = [c.name, c.family, f"{len(c.specs):,}", str(c.gpus)]
+        for v in AUTHORS:
+            theirs, mine = _theirs(ref, c, v), ours[f"{c.key} {v}"]
+            row += ["-", _amp(mine), "-"] if theirs is None else [_amp(theirs), _amp(mine)]
+            row[-1:] = row[-1:] if theirs is None else [row[-1], _same(mine, theirs)]
+        rows.append(row)
+    head = ["slice @load", "kind", "jobs", "GPUs", "dlas-gpu", "`tiresias-l authors`", "same?"]
+    head += ["dlas-gpu-gittins", "`tiresias-g authors`", "same?"]
+    return _table(head, rows)
+
+
+def per_run(cs: list[Case], ref: dict, ours: dict) -> str:
+    """Our default rows against theirs on every run, with SRSF and the goals missed."""
+    rows = []
+    for c in cs:
+        d, g = ref[f"{c.key} dlas-gpu"], ref.get(f"{c.key} dlas-gpu-gittins")
+        lo, go, srsf = (ours[f"{c.key} {v}"] for v in ("tiresias-l", "tiresias-g", "srsf"))
+        missed = [f"L {m}" for m in misses(lo, d, srsf)]
+        if g is not None:
+            missed += [f"G {m}" for m in misses(go, g, srsf, median=False)]
+        rows.append(
+            [
+                c.name,
+                f"{len(c.specs):,}",
+                str(c.gpus),
+                f"{c.load:.2f}",
+                _amp(d),
+                f"{_cell(lo['avg_jct'], d['avg_jct'])} / "
+                f"{_cell(lo['median_jct'], d['median_jct'])} / {lo['preemptions']:.0f}",
+                "-" if g is None else f"{_cell(g['avg_jct'])} / {g['preemptions']:.0f}",
+                f"{_cell(go['avg_jct'], g['avg_jct'] if g else None)} / {go['preemptions']:.0f}",
+                f"{go['avg_jct'] / lo['avg_jct']:.3f}",
+                _cell(srsf["avg_jct"]),
+                f"{lo['avg_jct'] / srsf['avg_jct']:.2f} / {go['avg_jct'] / srsf['avg_jct']:.2f}",
+                ", ".join(missed) or "-",
+            ]
         )
-        row += [f"{_cell(s['avg_jct'])} / {_cell(srsf['avg_jct'])}"]
-        row += [f"{o['avg_jct'] / srsf['avg_jct']:.2f}", ", ".join(misses(o, d, srsf)) or "-"]
-        lines.append("| " + " | ".join(row) + " |")
-    head = ["ours", "avg ÷ dlas-gpu: geo-mean / worst", "median: geo-mean / worst"]
-    head += ["avg ÷ SRSF: worst", "preemptions (dlas-gpu)", "runs meeting every goal"]
-    summary = ["| " + " | ".join(head) + " |", "|---|" + "---:|" * (len(head) - 1)]
-    pre_ref = sum(ref[f"{c.key} dlas-gpu"]["preemptions"] for c in cs)
+    head = ["slice @load", "jobs", "GPUs", "load", "dlas-gpu avg / median / preempt"]
+    head += ["`tiresias-l` avg / median / preempt", "dlas-gpu-gittins avg / preempt"]
+    head += ["`tiresias-g` avg / preempt", "G ÷ L", "SRSF avg", "L / G ÷ SRSF", "missed"]
+    return _table(head, rows)
+
+
+def summary(cs: list[Case], ref: dict, ours: dict, variants: list[str]) -> str:
+    """Per row of ours: against the reference run it faces, the geo-mean and worst ratio of
+    each goal over the runs that reference has."""
+    rows = []
     for v in variants:
-        rows = [(ours[f"{c.key} {v}"], ref[f"{c.key} dlas-gpu"], ours[f"{c.key} srsf"]) for c in cs]
-        avg = [o["avg_jct"] / d["avg_jct"] for o, d, _ in rows]
-        med = [o["median_jct"] / d["median_jct"] for o, d, _ in rows]
-        worst_srsf = max(o["avg_jct"] / s["avg_jct"] for o, _, s in rows)
-        pre = sum(o["preemptions"] for o, _, _ in rows)
-        ok = sum(not misses(*r) for r in rows)
-        summary.append(
-            f"| `{v}` | {_geo(avg):.3f} / {max(avg):.2f} | {_geo(med):.3f} / {max(med):.2f} | "
-            f"{worst_srsf:.2f} | {pre:,.0f} ({pre_ref:,.0f}) | {ok} of {len(rows)} |"
+        policy = VARIANTS[v][0]
+        runs = [
+            (ours[f"{c.key} {v}"], t, ours[f"{c.key} srsf"])
+            for c in cs
+            if (t := _theirs(ref, c, v)) is not None
+        ]
+        if not runs:
+            continue
+        avg = [o["avg_jct"] / t["avg_jct"] for o, t, _ in runs]
+        med = [o["median_jct"] / t["median_jct"] for o, t, _ in runs]
+        srsf = [o["avg_jct"] / s["avg_jct"] for o, _, s in runs]
+        pre = sum(o["preemptions"] for o, _, _ in runs)
+        pre_ref = sum(t["preemptions"] for _, t, _ in runs)
+        ok = sum(not misses(o, t, s, median=policy == "tiresias-l") for o, t, s in runs)
+        rows.append(
+            [
+                f"`{v}`",
+                THEIRS[policy],
+                str(len(runs)),
+                f"{_geo(avg):.3f} / {max(avg):.3f}",
+                f"{_geo(med):.3f} / {max(med):.3f}",
+                f"{_geo(srsf):.3f} / {max(srsf):.2f}",
+                f"{sum(r <= 1.15 for r in srsf)} of {len(runs)}",
+                f"{pre:,.0f} ({pre_ref:,.0f})",
+                f"{ok} of {len(runs)}",
+            ]
         )
-    return "\n".join(lines) + "\n\n" + "\n".join(summary)
+    head = ["ours", "against", "runs", "avg ÷ theirs: geo-mean / worst", "median ÷ theirs"]
+    head += ["avg ÷ SRSF", "within 1.15× SRSF", "preemptions (theirs)", "runs meeting every goal"]
+    return _table(head, rows)
+
+
+def one_rule(cs: list[Case], ours: dict) -> str:
+    """Average JCT with one of the authors' rules switched back to ours, ÷ all theirs."""
+    rows, ratios = [], {v: [] for v in ONE_RULE}
+    for c in cs:
+        row = [c.name]
+        for v in ONE_RULE:
+            base = ours[f"{c.key} {v.split(',')[0]}"]["avg_jct"]
+            r = ours[f"{c.key} {v}"]["avg_jct"] / base
+            ratios[v].append(r)
+            row.append(f"{r:.3f}")
+        rows.append(row)
+    rows.append(["geo-mean", *(f"{_geo(ratios[v]):.3f}" for v in ONE_RULE)])
+    return _table(["slice @load", *(f"`{v}`" for v in ONE_RULE)], rows)
 
 
 def _cached(path: Path) -> dict:
     return json.loads(path.read_text()) if path.exists() else {}
 
 
+def _needed(cs: list[Case], ref: dict) -> list[tuple[Case, str]]:
+    """Reference runs the tables need that are not cached."""
+    out = []
+    for c in cs:
+        schedules = ["dlas-gpu", "shortest-gpu"]
+        if len(c.specs) <= GITTINS_MAX_JOBS:
+            schedules.append("dlas-gpu-gittins")
+        out += [(c, s) for s in schedules if f"{c.key} {s}" not in ref]
+    return out
+
+
+HEADER = """# tiresias-sim against the authors' simulator
+
+Generated by `{command}` (reference runs cached in `{cache}`); see `docs/simulator.md` for how
+to read it.
+
+Slices (`tools/reproduce/reference_slices.py`): `vc-week`, one virtual cluster's jobs
+submitted in {days} days from the date shown, on N × 4 GPUs chosen for an offered load near
+0.8 and 1.1; `vcs-month`, three virtual clusters over 28 days; `all-week`, every virtual
+cluster over a week; `big-jobs`, every job of 8 GPUs or more over 28 days; `heavy`, loads near
+1.4; `vc-week-8`, a virtual cluster's week on × 8 GPUs. Column `load`: GPU-time / (GPUs ×
+days). No preemption cost (the reference has none); each simulator's own placement ('count'
+for the reference). `dlas-gpu` and `dlas-gpu-gittins` are the authors' Tiresias-L and
+Tiresias-G (3 queues at 3,250 and 7,200 GPU-s; their Gittins ranks with `yarn-gput1000`);
+ours run with the core's defaults unless the row's name says otherwise. Times in seconds;
+(x) = ratio to the reference run. Goals: average JCT (and for `tiresias-l` the median) and
+preemptions no worse than the reference's, average JCT within 1.15× of SRSF's; `missed` gives
+the factor by which each missed goal is missed (L: `tiresias-l` against `dlas-gpu`, G:
+`tiresias-g` against `dlas-gpu-gittins`).
+"""
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--trace", type=Path, default=DEFAULT_TRACE)
     p.add_argument("--reference", type=Path, help="run-reference script (default: cache only)")
-    p.add_argument("--variant", action="append", choices=VARIANTS, help="our rows (first: ours)")
+    p.add_argument("--variant", action="append", choices=VARIANTS, help="our summary rows")
+    p.add_argument("--family", action="append", choices=sorted({f.name for f in FAMILIES}))
     p.add_argument("--workers", type=int, default=2, help="parallel simulations (2)")
     p.add_argument("--out", type=Path, default=OUT)
     p.add_argument("--cache", type=Path, default=OUT.with_suffix(".json"), help="reference runs")
     args = p.parse_args()
     variants = args.variant or list(DEFAULT_VARIANTS)
-    if "srsf" not in variants:
-        variants.append("srsf")
-    cache_path = args.cache
-    ref = _cached(cache_path)
-    cs = cases(args.trace, SLICES)
-    todo = [(c, s) for c in cs for s in REFERENCE if f"{c.key} {s}" not in ref]
+    rows = list(dict.fromkeys([*variants, "tiresias-l", "tiresias-g", "srsf", *AUTHORS, *ONE_RULE]))
+    ref = _cached(args.cache)
+    families = tuple(f for f in FAMILIES if args.family is None or f.name in args.family)
+    cs = cases(args.trace, families)
+    todo = _needed(cs, ref)
     if todo and args.reference is None:
         raise SystemExit(f"{len(todo)} reference runs are not cached: pass --reference")
     ours: dict[str, dict[str, float]] = {}
     with concurrent.futures.ProcessPoolExecutor(args.workers) as pool:
         refs = {pool.submit(run_reference, args.reference, c, s): f"{c.key} {s}" for c, s in todo}
-        mine = {pool.submit(run_ours, c, v): f"{c.key} {v}" for c in cs for v in variants}
+        mine = {pool.submit(run_ours, c, v): f"{c.key} {v}" for c in cs for v in rows}
         for fut in concurrent.futures.as_completed([*refs, *mine]):
             if fut in refs:
                 ref[refs[fut]] = fut.result()
-                cache_path.write_text(json.dumps(ref, indent=1, sort_keys=True) + "\n")
+                args.cache.write_text(json.dumps(ref, indent=1, sort_keys=True) + "\n")
             else:
                 ours[mine[fut]] = fut.result()
             print(f"{refs.get(fut) or mine[fut]}: {fut.result()['avg_jct']:,.0f}", file=sys.stderr)
-    text = tables(cs, ref, ours, variants)
-    print(text)
     command = shlex.join(
         ["nice", "-n", "10", "python", "tools/reproduce/compare_reference.py", *sys.argv[1:]]
     )
-    args.out.write_text(
-        "# tiresias-sim against the authors' simulator\n\n"
-        f"Generated by `{command}` (reference runs cached in `{cache_path.name}`); see "
-        "`docs/simulator.md` for how to read it.\n\n"
-        f"Slices: one virtual cluster's jobs submitted in {DAYS} days from the date shown, "
-        f"on N × {GPUS_PER_NODE} GPUs chosen for an offered load near {LOADS[0]} and "
-        f"{LOADS[1]} (column `load`: GPU-time / (GPUs × {DAYS} days)). No preemption cost "
-        "unless a row says so (the reference has none); each simulator's own placement "
-        "('count' for the reference). `dlas-gpu` is the authors' Tiresias-L (3 queues at "
-        "3,250 and 7,200 GPU-s); ours runs with the core's defaults unless its name says "
-        "otherwise. Times in seconds; (x) = ratio to `dlas-gpu`. Goals: average and median "
-        "JCT and preemptions no worse than `dlas-gpu`'s, average JCT within 1.15× of SRSF's; "
-        "`missed` gives the factor by which each missed goal is missed.\n\n"
-        f"{text}\n"
+    text = HEADER.format(command=command, cache=args.cache.name, days=DAYS) + "\n".join(
+        [
+            "\n## The authors' rules reproduce their runs\n",
+            "`--rules authors` (`coordinator.core.authors_rules`) against their runs: average / "
+            "median JCT / preemptions.\n",
+            reproduction(cs, ref, ours),
+            "\n## Every run\n",
+            per_run(cs, ref, ours),
+            "\n## Per row: the goals over all runs\n",
+            summary(cs, ref, ours, variants),
+            "\n## One rule at a time\n",
+            "Average JCT of the authors' rules with one rule switched back to ours, ÷ that of "
+            "all their rules (below 1: our rule gains).\n",
+            one_rule(cs, ours),
+        ]
     )
+    print(text)
+    args.out.write_text(text + "\n")
     print(f"wrote {args.out}", file=sys.stderr)
     return 0
 

@@ -19,6 +19,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import ibverbs_tap
+
+# models/ is in the checkout, not in the wheel
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 import models
 
 PS_COUNTS = (2, 4, 8)
