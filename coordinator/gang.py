@@ -22,15 +22,18 @@ from tiresias_launch.contract import RENDEZVOUS_WAIT_SECONDS
 
 @dataclass(frozen=True)
 class GangRequest:
-    """A job's shape, validated once: what ``tiresias-run --workers N [--ps M] [--horovod]
-    script.py args…`` asks for. Every worker gets one GPU, so ``gpus`` (the core's W_J) is
-    ``workers``; parameter servers and a PS job's chief get none. The submit path builds it
-    (``from_submit``), the planner and ``tiresias-run`` read it; nothing else re-checks it."""
+    """A job's shape, validated once: what ``tiresias-run --workers N|MIN:MAX [--ps M]
+    [--horovod] script.py args…`` asks for. Every worker gets one GPU, so ``gpus`` (the
+    core's W_J) is ``workers``; parameter servers and a PS job's chief get none.
+    ``min_workers`` makes an elastic gang: each run gets any world in [min_workers,
+    workers] the core decides (None: rigid). The submit path builds it (``from_submit``),
+    the planner and ``tiresias-run`` read it; nothing else re-checks it."""
 
     argv: tuple[str, ...]  # script path, then its arguments
     workers: int = 1
     ps: int = 0
     horovod: bool = False
+    min_workers: int | None = None
 
     def __post_init__(self) -> None:
         if not self.argv:
@@ -43,14 +46,26 @@ class GangRequest:
             raise ValueError(f"'ps' must be >= 0, got {self.ps}")
         if self.ps and self.horovod:
             raise ValueError("'ps' and 'horovod' are exclusive (Horovod is all-reduce)")
+        if self.min_workers is not None:
+            if not 1 <= self.min_workers <= self.workers:
+                raise ValueError(
+                    f"'min_workers' must be 1 to 'workers' ({self.workers}), got {self.min_workers}"
+                )
+            if self.ps and self.min_workers < self.workers:
+                raise ValueError(ELASTIC_PS)
 
     @classmethod
     def from_submit(cls, msg: Mapping[str, Any], max_size: int | None = None) -> GangRequest:
         """The request of a ``submit`` message whose field types the protocol checked; raises
         ValueError naming the field. ``gpus``, when given, must equal ``workers``;
         ``max_size`` caps workers and parameter servers (``--max-job-size``)."""
+        low = msg.get("min_workers")
         request = cls(
-            tuple(msg["argv"]), msg["workers"], msg.get("ps") or 0, bool(msg.get("horovod"))
+            tuple(msg["argv"]),
+            msg["workers"],
+            msg.get("ps") or 0,
+            bool(msg.get("horovod")),
+            None if low == msg["workers"] else low,  # MIN == MAX: a fixed count
         )
         if msg.get("gpus") not in (None, request.gpus):
             raise ValueError(
@@ -67,16 +82,30 @@ class GangRequest:
 
     @property
     def gpus(self) -> int:
-        """GPUs the job holds while it runs (W_J): one per worker."""
+        """GPUs the job holds while it runs at its largest (W_J): one per worker."""
         return self.workers
 
     @property
+    def elastic(self) -> bool:
+        """Whether its runs may differ in size (a range with MIN < MAX)."""
+        return self.min_workers is not None and self.min_workers < self.workers
+
+    @property
     def mode(self) -> str:
+        """How its processes meet; an elastic gang's is its largest world's at every size,
+        so its script takes the same path on one worker as on many."""
         if self.horovod:
             return "horovod"
         if self.ps:
             return "ps"
         return "allreduce" if self.workers > 1 else "single"
+
+
+#: Why a parameter-server job's range is refused: no runtime here resumes one at another size.
+ELASTIC_PS = (
+    "a parameter-server job takes a fixed number of workers: elastic ranges are for "
+    "all-reduce jobs (PyTorch DDP/FSDP2, Lightning, Keras MultiWorkerMirrored, Horovod)"
+)
 
 
 @dataclass(frozen=True)
@@ -116,15 +145,18 @@ def plan(
 ) -> list[ProcessSpec]:
     """Processes for one (re)start of ``job_id``, chief first.
 
-    ``placement`` maps node name → GPU indices (``Allocation.to_wire()``) and must hold exactly
-    ``request.gpus``; ``ports(node)`` returns a free TCP port on ``node``;
+    ``placement`` maps node name → GPU indices (``Allocation.to_wire()``) and must hold
+    ``request.gpus``, or for an elastic gang the world the core decided for this run, within
+    its range; ``ports(node)`` returns a free TCP port on ``node``;
     ``hosts`` maps node name → address peers use (default: the node name); ``job_key`` is
     the job's identity unique across coordinators (default ``job_id``), which names its
     checkpoint directory ``checkpoint_root/job_key``.
     """
     slots = [(node, gpu) for node in sorted(placement) for gpu in placement[node]]
-    if len(slots) != request.gpus:
-        raise ValueError(f"placement has {len(slots)} GPUs but the request asks for {request.gpus}")
+    low = request.min_workers or request.gpus
+    if not low <= len(slots) <= request.gpus:
+        asked = f"{low} to {request.gpus}" if request.elastic else f"{request.gpus}"
+        raise ValueError(f"placement has {len(slots)} GPUs but the request asks for {asked}")
     if restart < 0:
         raise ValueError(f"restart={restart}: must be >= 0")
     hosts = hosts or {}
@@ -133,12 +165,14 @@ def plan(
         C.JOB_ID: job_id,
         C.JOB_KEY: job_key,
         C.MODE: request.mode,
-        C.NUM_WORKERS: str(request.workers),
+        C.NUM_WORKERS: str(len(slots)),
         C.NUM_PS: str(request.ps),
         C.CHECKPOINT_DIR: str(Path(checkpoint_root) / job_key),
         C.RESTART_COUNT: str(restart),
         "PYTHONUNBUFFERED": "1",
     }
+    if request.elastic:  # absent: rigid (the runtime tells the two apart by it)
+        base[C.MAX_WORKERS] = str(request.workers)
     if coordinator:
         base[C.COORDINATOR] = coordinator
     script = (python, "-m", "tiresias_launch.exec", *request.argv)
@@ -176,7 +210,7 @@ def plan(
     if request.mode == "allreduce":
         workers = [address(node) for node, _ in slots]
         cluster = {"worker": workers}
-        torchrun = _torchrun(slots, hosts, ports, job_id, restart)
+        torchruns = _torchrun(slots, hosts, ports, job_id, restart)
         return [
             spec(
                 node,
@@ -184,7 +218,7 @@ def plan(
                 i,
                 script,
                 (gpu,),
-                {"TF_CONFIG": _tf_config(cluster, "worker", i), **torchrun[i]},
+                {"TF_CONFIG": _tf_config(cluster, "worker", i), **torchruns[i]},
             )
             for i, (node, gpu) in enumerate(slots)
         ]

@@ -15,6 +15,7 @@ from typing import Any
 
 import msgpack
 
+from coordinator import bounds
 from coordinator.gang import GangRequest
 from tiresias_launch import contract
 from tiresias_launch.contract import REPORT_AMOUNTS, Field
@@ -32,11 +33,23 @@ SOCKET_MAX_BYTES = 4 * MAX_MESSAGE_BYTES
 
 class ProtocolError(ValueError):
     """A message that is not valid; the text says what is wrong with it. ``code`` is a
-    machine-readable hint for the peer (``register``: register this connection first)."""
+    machine-readable hint for the peer (``register``: register this connection first;
+    ``node_taken``: another agent holds this node, try again in ``retry_after`` seconds;
+    ``identity``: the sender's key or uid may not speak for the node it names)."""
 
-    def __init__(self, text: str, code: str | None = None) -> None:
+    def __init__(
+        self, text: str, code: str | None = None, retry_after: float | None = None
+    ) -> None:
         super().__init__(text)
         self.code = code
+        self.retry_after = retry_after
+
+    def reply_fields(self) -> dict[str, Any]:
+        """The machine-readable part of the error reply."""
+        fields: dict[str, Any] = {"code": self.code} if self.code else {}
+        if self.retry_after is not None:
+            fields["retry_after"] = self.retry_after
+        return fields
 
 
 NUM = (int, float)
@@ -59,7 +72,8 @@ SCHEMAS: dict[str, dict[str, Field]] = {
     # client → coordinator (requests; reply ok/error)
     "submit": {
         "argv": ((list,), True),
-        "workers": REQ_INT,
+        "workers": REQ_INT,  # the most (an elastic gang's range: min_workers to workers)
+        "min_workers": ((int, None), False),
         "ps": ((int,), False),
         "horovod": ((bool,), False),
         "gpus": ((int, None), False),
@@ -71,7 +85,7 @@ SCHEMAS: dict[str, dict[str, Field]] = {
         "key": OPT_STR,
     },
     "status": {"job_id": OPT_STR, **LISTING},
-    "queue": LISTING,
+    "queue": {**LISTING, "heads": ((int, None), False)},
     "nodes": {},
     "cancel": _JOB_REF,
     "logs": {**_JOB_REF, "offsets": ((dict, None), False), "limit": ((int, None), False)},
@@ -79,6 +93,7 @@ SCHEMAS: dict[str, dict[str, Field]] = {
     # agent → coordinator
     "register": {
         "node": REQ_STR,
+        "instance": OPT_STR,  # a token of the agent process: the same across its reconnects
         "host": OPT_STR,
         "gpus": ((list,), True),
         "running": ((list,), True),
@@ -101,6 +116,7 @@ SCHEMAS: dict[str, dict[str, Field]] = {
     },
     # coordinator → agent (commands)
     "launch": {
+        "epoch": ((int,), False),  # of the node's connection the launch was sent to
         "job_id": REQ_STR,
         "job_key": OPT_STR,
         "restart": REQ_INT,
@@ -157,10 +173,24 @@ class PartOutcome(StrEnum):
     PREEMPTED = "preempted"  # stopped by a preemption signal without a checkpoint
     FAILED = "failed"  # a process exited with any other code
     KILLED = "killed"  # stopped by the coordinator (kill), or by a peer part's end
+    LOST = "lost"  # the coordinator's own verdict: the node is gone, or no longer has it
 
 
-#: What an agent may report for its part of a job.
-PART_OUTCOMES = tuple(o.value for o in PartOutcome)
+class Stopping(StrEnum):
+    """Why a run (or one node's part of it) is being stopped, once it is: the run book's,
+    the agents' and the Slurm executor's one vocabulary."""
+
+    PREEMPT = "preempt"  # the preemption signal: checkpoint and exit, SIGKILL after the grace
+    KILL = "kill"  # stopped now: a cancel, or the coordinator's kill
+    STOP = "stop"  # the rest of a run that one part settled (a peer failed, the chief ended)
+
+
+#: Exit status reported for a process that could not be started (as a shell does), by every
+#: executor.
+EXIT_NOT_STARTED = 127
+
+#: What an agent may report for its part of a job (``lost`` is never the node's to say).
+PART_OUTCOMES = tuple(o.value for o in PartOutcome if o is not PartOutcome.LOST)
 
 # Shapes of list items and nested maps (field → (types, required)).
 GPU_ITEM: dict[str, Field] = {"index": REQ_INT, "uuid": OPT_STR, "memory": ((int, None), False)}
@@ -253,22 +283,12 @@ def _check_offsets(where: str, offsets: dict[Any, Any], what: str = "byte offset
         raise ProtocolError(f"{where}: {what} must be >= 0")
 
 
-def _finite(value: Any) -> bool:
-    """No NaN or infinity anywhere in ``value`` (numbers, lists, maps)."""
-    if isinstance(value, float):
-        return math.isfinite(value)
-    if isinstance(value, list):
-        return all(_finite(v) for v in value)
-    if isinstance(value, dict):
-        return all(_finite(v) for v in value.values())
-    return True
-
-
 def _check_amounts(t: str, msg: dict[str, Any], names: tuple[str, ...]) -> None:
-    """Counts and durations: finite and >= 0 (nil allowed where the schema allows it)."""
+    """Counts and durations: >= 0 (nil allowed where the schema allows it); finite and
+    bounded by ``bounds.check_message``, which runs first."""
     for name in names:
         value = msg.get(name)
-        if value is not None and not (_finite(value) and value >= 0):
+        if value is not None and not value >= 0:
             raise ProtocolError(f"{t}: '{name}' must be a finite number >= 0, got {value!r}")
 
 
@@ -321,16 +341,13 @@ def _check_nested(t: str, msg: dict[str, Any]) -> None:
             _check_offsets(f"{t}: 'offsets'", msg["offsets"])
         _check_amounts(t, msg, ("limit",))
     elif t in ("status", "queue"):
-        _check_amounts(t, msg, ("since", "limit"))
+        _check_amounts(t, msg, ("since", "limit", "heads"))
     elif t in ("preempt", "kill"):
         _check_amounts(t, msg, ("restart", "grace"))
     elif t == "advance":
         _check_amounts(t, msg, ("seconds",))
     elif t == "report":
         _check_amounts(t, msg, REPORT_AMOUNTS)
-        for name in ("checkpoint", "warmup"):
-            if not _finite(msg.get(name)):
-                raise ProtocolError(f"report: '{name}' must not contain NaN or infinity")
         skew = msg.get("skew")
         if skew is not None and not 0.0 <= skew <= 1.0:
             raise ProtocolError(f"report: 'skew' must be in [0, 1], got {skew}")
@@ -363,6 +380,10 @@ def validate(msg: Any) -> dict[str, Any]:
                 f"{t}: '{name}' must be 1 to 128 letters, digits, '.', '_' or '-' "
                 f"(not starting with '.' or '-'), got {repr(value)[:40]}"
             )
+    try:
+        bounds.check_message(t, msg)
+    except bounds.BoundsError as e:
+        raise ProtocolError(str(e)) from None
     _check_nested(t, msg)
     return msg
 
@@ -382,7 +403,8 @@ def decode(frame: bytes) -> dict[str, Any]:
 
 def encode(msg_type: str, **fields: Any) -> bytes:
     """A message of ``msg_type`` with the protocol version stamped in."""
-    return msgpack.packb({"type": msg_type, "v": VERSION, **fields}, use_bin_type=True)
+    frame: bytes = msgpack.packb({"type": msg_type, "v": VERSION, **fields}, use_bin_type=True)
+    return frame
 
 
 def ok(req_id: int | None, **fields: Any) -> bytes:

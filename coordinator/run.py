@@ -23,15 +23,23 @@ from typing import Any
 import click
 import zmq
 
-from coordinator.cli.jobs import SCRIPT_HELP, SUBMIT_RETRIES, follow_logs, log_writer, script_argv
+from coordinator.cli.jobs import (
+    SCRIPT_HELP,
+    SUBMIT_RETRIES,
+    follow_logs,
+    log_writer,
+    script_argv,
+    shape_options,
+)
 from coordinator.core.model import CoreError, JobState
+from coordinator.executors.agents.daemon import Agent
+from coordinator.executors.agents.gpu_discovery import MAX_VIRTUAL_GPUS, discover_gpus, nvml_gpus
 from coordinator.gang import GangRequest
 from coordinator.scheduling_flags import MEASURED, scheduling_options, scheduling_settings
-from coordinator.service.agent import Agent
 from coordinator.service.client import Client, RequestError, client_keys
-from coordinator.service.coordinator import Coordinator, Options
-from coordinator.service.gpus import MAX_VIRTUAL_GPUS, discover_gpus, nvml_gpus
-from coordinator.service.views import run_events
+from coordinator.service.coordinator import Coordinator
+from coordinator.service.options import Options
+from coordinator.service.views import run_events, size_text
 from tiresias_cli.kit import (
     PASSTHROUGH_SETTINGS,
     Command,
@@ -40,8 +48,9 @@ from tiresias_cli.kit import (
     passthrough,
     quiet_broken_pipe,
     run,
+    version_option,
 )
-from tiresias_cli.values import COUNT, POSITIVE_COUNT, SECONDS
+from tiresias_cli.values import POSITIVE_COUNT, SECONDS
 
 DESCRIPTION = __doc__.replace("``", "")
 
@@ -112,6 +121,7 @@ def run_job(client: Client, request: GangRequest, name: str | None) -> int:
         "submit",
         argv=list(request.argv),
         workers=request.workers,
+        min_workers=request.min_workers,
         ps=request.ps,
         horovod=request.horovod,
         cwd=os.getcwd(),
@@ -143,7 +153,8 @@ def run_job(client: Client, request: GangRequest, name: str | None) -> int:
             return True  # said once, with the counts, below
         if state["state"] != before.get("state"):
             why = f": {state['pending']['text']}" if state.get("pending") else ""
-            print(f"tiresias-run: {job_id} {state['state']}{why}", file=sys.stderr)
+            size = size_text(state) if state["state"] == "running" else ""
+            print(f"tiresias-run: {job_id} {state['state']}{size}{why}", file=sys.stderr)
         return False
 
     try:
@@ -171,6 +182,7 @@ def run_job(client: Client, request: GangRequest, name: str | None) -> int:
 
 
 @click.command("tiresias-run", cls=Command, help=DESCRIPTION, context_settings=PASSTHROUGH_SETTINGS)
+@version_option()
 @option(
     "--coordinator",
     default=None,
@@ -178,9 +190,7 @@ def run_job(client: Client, request: GangRequest, name: str | None) -> int:
     show_default="none: an embedded one, run locally",
     help="use this coordinator",
 )
-@option("--workers", type=POSITIVE_COUNT, default=1, help="workers, one GPU each (W_J)")
-@option("--ps", type=COUNT, default=0, help="parameter servers")
-@option("--horovod", is_flag=True, help="run as Horovod ranks")
+@shape_options
 @option(
     "--gpus",
     type=POSITIVE_COUNT,
@@ -207,7 +217,7 @@ def run_job(client: Client, request: GangRequest, name: str | None) -> int:
     default=None,
     metavar="ADDRESS",
     show_default="ipc://STATE/coordinator.sock",
-    help="embedded mode: the coordinator's ipc:// address, for `tiresias --coordinator`",
+    help="embedded mode: the coordinator's ipc:// address, for `tiresias COMMAND --coordinator`",
 )
 @scheduling_options("policy", "queue_thresholds", *MEASURED, mode="embedded mode: ")
 @option("--curve-keys", default=None, metavar="DIR", help="CURVE key directory")
@@ -228,18 +238,20 @@ def command(**params: Any) -> int:
     try:
         request = GangRequest(
             (script_argv(args.script, args.coordinator), *args.args),
-            args.workers,
+            args.workers.most,
             args.ps,
             args.horovod,
+            args.workers.least,
         )
         if args.coordinator is None:
             if args.state is None:
                 tmp = tempfile.TemporaryDirectory(prefix="tiresias-run-")
                 args.state = Path(tmp.name)
             gpus = local_gpus(args.gpus, request.gpus)
-            if len(gpus) < request.gpus:
+            needed = request.min_workers or request.gpus  # an elastic gang runs on fewer
+            if len(gpus) < needed:
                 print(
-                    f"tiresias-run: the job needs {request.gpus} GPUs but this machine has "
+                    f"tiresias-run: the job needs {needed} GPUs but this machine has "
                     f"{len(gpus)} (pass --gpus N for virtual GPUs)",
                     file=sys.stderr,
                 )

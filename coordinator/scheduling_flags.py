@@ -10,6 +10,7 @@ from typing import Any
 
 import click
 
+from coordinator.core.authors_rules import RULES
 from coordinator.core.config import QUEUE_ORDERS, thresholds_text
 from coordinator.core.gittins import GITTINS_VARIANTS, SERVICE_FEATURES, service_features
 from coordinator.core.placement import DEFAULT_PACKLIMIT, PLACEMENT_NAMES
@@ -26,6 +27,7 @@ MEASURED = (
     "cheap_victims",
     "learn_thresholds",
     "service_groups",
+    "elastic_payback",
 )
 #: What the flag ``--gittins-fixed`` is the opposite of.
 _FIXED = "gittins_fixed"
@@ -129,6 +131,16 @@ def _flags(mode: str) -> dict[str, tuple[tuple[str, ...], dict[str, Any]]]:
                 "--preempt-cost)",
             ),
         ),
+        "elastic_payback": (
+            ("--elastic-payback",),
+            dict(
+                type=FACTOR,
+                default=Settings.elastic_payback,
+                help=f"{mode}an elastic job below its ask grows only once it has run X times "
+                "its checkpoint and restore cost (its runtime's measurements; in the "
+                "simulator: --preempt-cost)",
+            ),
+        ),
         "cheap_victims": (
             ("--cheap-victims/--no-cheap-victims",),
             dict(
@@ -168,12 +180,24 @@ def _flags(mode: str) -> dict[str, tuple[tuple[str, ...], dict[str, Any]]]:
                 "authors' simulator computes it",
             ),
         ),
+        "rules": (
+            ("--rules",),
+            dict(
+                type=click.Choice(RULES),
+                default=Settings.rules,
+                metavar="|".join(RULES),
+                help=f"{mode}tiresias-l/-g: our queue rules, or those of the authors' "
+                "simulator (their dlas-gpu and dlas-gpu-gittins: list order, demotion at "
+                "events, Gittins re-sort of every queue; docs/simulator.md), or theirs with "
+                "one rule ours",
+            ),
+        ),
         "gittins_learn": (
             ("--gittins-fixed", _FIXED),
             dict(
                 is_flag=True,
-                help=f"{mode}tiresias-g: keep the distribution as seeded by --gittins-history "
-                "(in the simulator: --gittins-samples), not learning from completed jobs "
+                help=f"{mode}tiresias-g: keep the distribution as seeded by --gittins-samples, "
+                "not learning from completed jobs "
                 "(default: it learns)",
             ),
         ),
@@ -182,13 +206,13 @@ def _flags(mode: str) -> dict[str, tuple[tuple[str, ...], dict[str, Any]]]:
 
 def scheduling_options(
     *fields: str, mode: str = "", section: str | None = None
-) -> Callable[[Callable], Callable]:
+) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """The flags of the ``Settings`` ``fields``, in that order, with the core's defaults
     (``mode``: see :func:`_flags`)."""
     flags = _flags(mode)
     decorators = [option(*flags[f][0], section=section, **flags[f][1]) for f in fields]
 
-    def decorate(f: Callable) -> Callable:
+    def decorate(f: Callable[..., Any]) -> Callable[..., Any]:
         for decorator in reversed(decorators):
             f = decorator(f)
         return f

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import click
@@ -18,7 +19,7 @@ import click
 MAX_COUNT = 2**31 - 1
 
 
-class Checked(click.ParamType):
+class Checked(click.ParamType):  # type: ignore[type-arg]
     """A click type from a parser function; its ``ValueError`` is the usage error's text."""
 
     def __init__(self, parse: Callable[[str], Any], metavar: str) -> None:
@@ -88,6 +89,41 @@ def positive_count(text: str) -> int:
     return value
 
 
+@dataclass(frozen=True)
+class Workers:
+    """``--workers``: the most workers and, for an elastic gang, the fewest it may run on
+    (None: a fixed count)."""
+
+    most: int
+    least: int | None = None
+
+    def __str__(self) -> str:
+        return str(self.most) if self.least is None else f"{self.least}:{self.most}"
+
+
+def worker_count(text: str) -> Workers:
+    """``--workers``: a whole number >= 1, or a range ``MIN:MAX`` (1 <= MIN <= MAX) for an
+    elastic gang; ``MIN == MAX`` is a fixed count."""
+    lo, sep, hi = text.partition(":")
+    if not sep:
+        return Workers(positive_count(text))
+    low, high = positive_count(lo), positive_count(hi)
+    if low > high:
+        raise ValueError(f"expected MIN:MAX with MIN <= MAX, got {text!r}")
+    return Workers(high, None if low == high else low)
+
+
+def fixed_count(text: str) -> int:
+    """``--ps``: a whole number >= 0; a range is refused, since no framework here resumes a
+    parameter-server job at another number of servers."""
+    if ":" in text:
+        raise ValueError(
+            f"{text!r}: parameter servers are a fixed count (no framework here resumes a job "
+            "at another number of them); ranges are for --workers"
+        )
+    return count(text)
+
+
 def port(text: str) -> int:
     """A TCP port, 0 to 65535."""
     value = count(text)
@@ -110,5 +146,7 @@ FRACTION = Checked(fraction, "X")
 FACTOR = Checked(factor, "X")
 COUNT = Checked(count, "N")
 POSITIVE_COUNT = Checked(positive_count, "N")
+WORKERS = Checked(worker_count, "N|MIN:MAX")
+PS_COUNT = Checked(fixed_count, "N")
 PORT = Checked(port, "PORT")
 FLOATS = Checked(comma_floats, "X,…")

@@ -7,50 +7,58 @@ slurmd daemons share the host, each on its own port (``NodeName=… Port=…``).
 
     python tools/slurm_local.py DIR --nodes 2 --gpus 2   # runs until Ctrl-C
     SLURM_CONF=DIR/slurm.conf sinfo
+
+With ``--accounting`` (``LocalSlurm(accounting=...)``) its jobs are recorded by slurmdbd on a
+local MariaDB (``tools/slurm_accounting.py``), as on a site's cluster: plain ``sacct`` works.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import itertools
 import os
 import shutil
 import signal
-import socket
 import stat
 import subprocess
 import sys
-import time
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from types import TracebackType
+
+if __name__ == "__main__":  # run as a script: the checkout's tools package
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from tools import slurm_accounting
+from tools.local_daemons import Daemons
+from tools.slurm_accounting import LocalAccounting, free_port, storage_lines
 
 DAEMONS = ("munged", "slurmctld", "slurmd", "sbatch", "scontrol", "squeue", "sinfo")
 #: The exit code Tiresias' runtime uses for "checkpointed, resume me" (tiresias_launch).
 EXIT_CHECKPOINTED = 75
 
 
-def missing() -> str | None:
-    """Why a local Slurm cannot run here, or None when it can."""
+def missing(accounting: bool = False) -> str | None:
+    """Why a local Slurm (with ``accounting``: and its slurmdbd) cannot run here, or None
+    when it can."""
     if os.geteuid() != 0:
         return "a local Slurm needs root (slurmd runs jobs as their users)"
     absent = [d for d in DAEMONS if shutil.which(d) is None]
     if absent:
         return f"Slurm is not installed ({', '.join(absent)} missing; tools/install-test-deps.sh)"
-    return None
+    return slurm_accounting.missing() if accounting else None
 
 
-def require(prog: str) -> None:
+def require(prog: str, accounting: bool = False) -> None:
     """Exit 2 with the reason when a local Slurm cannot run here (for command lines)."""
-    why = missing()
+    why = missing(accounting)
     if why:
         print(f"{prog}: {why}", file=sys.stderr)
         raise SystemExit(2)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+#: Distinct cluster names for the clusters of one process (one slurmdbd may record them all).
+_CLUSTERS = itertools.count()
 
 
 def slurm_conf(
@@ -59,8 +67,15 @@ def slurm_conf(
     ports: dict[str, int],
     partitions: dict[str, list[str]],
     slurmd_timeout: int = 300,
+    held: bool = False,
+    name: str = "tiresias",
+    munge_socket: Path | None = None,
+    accounting: str = "AccountingStorageType=accounting_storage/none\n",
+    prolog: Path | None = None,
 ) -> str:
-    """slurm.conf for a Tiresias-managed partition (docs/slurm.md explains each setting)."""
+    """slurm.conf for a Tiresias-managed partition (docs/slurm.md explains each setting);
+    ``accounting``: its accounting lines (``slurm_accounting.storage_lines``); ``prolog``:
+    the script every node runs before a job (Slurm drains a node whose prolog fails)."""
     node_lines = "\n".join(
         f"NodeName={n} NodeHostname=localhost NodeAddr=127.0.0.1 Port={ports[n]} CPUs=16 "
         f"RealMemory=4000 Gres=gpu:{g} State=UNKNOWN"
@@ -72,14 +87,14 @@ def slurm_conf(
         for i, (name, members) in enumerate(partitions.items())
     )
     return f"""\
-ClusterName=tiresias{os.getpid()}
+ClusterName={name}
 SlurmctldHost=localhost(127.0.0.1)
 SlurmctldPort={ports["ctld"]}
 SlurmdPort={ports["slurmd"]}
 SlurmUser=root
 SlurmdUser=root
 AuthType=auth/munge
-AuthInfo=socket={root}/munge/socket,cred_expire=10
+AuthInfo=socket={munge_socket or root / "munge" / "socket"},cred_expire=10
 CredType=cred/munge
 StateSaveLocation={root}/state
 SlurmdSpoolDir={root}/spool/%n
@@ -92,7 +107,7 @@ MailProg=/bin/true
 ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none
 JobAcctGatherType=jobacct_gather/none
-AccountingStorageType=accounting_storage/none
+{accounting.rstrip()}
 JobCompType=jobcomp/filetxt
 JobCompLoc={root}/jobcomp.txt
 SelectType=select/cons_tres
@@ -110,12 +125,22 @@ RequeueExitHold={EXIT_CHECKPOINTED}
 MinJobAge=86400
 KillWait=5
 SlurmdTimeout={slurmd_timeout}
+{"JobSubmitPlugins=lua" if held else ""}
+{f"Prolog={prolog}" if prolog else ""}
 {node_lines}
 {parts}
 """
 
 
-class LocalSlurm:
+def job_submit_lua(managed: Sequence[str], default: str) -> str:
+    """``tools/job_submit.lua`` for these managed partitions and this default partition."""
+    script = (Path(__file__).parent / "job_submit.lua").read_text()
+    names = ", ".join(f'["{m}"] = true' for m in managed)
+    script = script.replace("local MANAGED = { tiresias = true }", f"local MANAGED = {{ {names} }}")
+    return script.replace('local DEFAULT = "tiresias"', f'local DEFAULT = "{default}"')
+
+
+class LocalSlurm(Daemons):
     """``with LocalSlurm(dir, {"n1": 2, "n2": 2}) as slurm:`` — every node idle inside.
     ``partitions``: name → its nodes (default: ``tiresias`` with every node)."""
 
@@ -125,17 +150,30 @@ class LocalSlurm:
         nodes: dict[str, int],
         partitions: dict[str, list[str]] | None = None,
         slurmd_timeout: int = 300,
+        held: Sequence[str] = (),
+        accounting: LocalAccounting | bool = False,
+        prolog: Path | None = None,
     ) -> None:
         """``slurmd_timeout``: seconds before a silent node is declared down (Slurm's
         default; short only where a test fails a node: a loaded machine's slurmd may be slow
-        to answer)."""
+        to answer). ``held``: partitions Tiresias manages, whose plain jobs the
+        ``job_submit/lua`` plugin (``tools/job_submit.lua``) holds at submission.
+        ``accounting``: a running slurmdbd to record this cluster's jobs in (this cluster
+        then signs with its munge key), or True for one of its own under ``DIR/accounting``.
+        ``prolog``: Slurm's ``Prolog`` script."""
+        super().__init__()
+        self.own_accounting = accounting is True
+        self.accounting = LocalAccounting(root / "accounting") if accounting is True else (
+            accounting or None)  # fmt: skip
+        self.name = f"tiresias{os.getpid()}x{next(_CLUSTERS)}"
+        self.held = tuple(held)
+        self.prolog = prolog
         self.root = root.resolve()
         self.slurmd_timeout = slurmd_timeout
         self.nodes = nodes
         self.partitions = partitions or {"tiresias": list(nodes)}
         self.conf = self.root / "slurm.conf"
         self.env = {**os.environ, "SLURM_CONF": str(self.conf)}
-        self._procs: dict[str, subprocess.Popen[bytes]] = {}
 
     def run(self, *cmd: str, check: bool = True) -> str:
         """A Slurm command against this cluster; its stdout."""
@@ -144,27 +182,13 @@ class LocalSlurm:
             raise RuntimeError(f"{' '.join(cmd)}: {done.stderr.strip() or done.returncode}")
         return done.stdout
 
-    def __enter__(self) -> LocalSlurm:
-        try:
-            self.start()
-        except BaseException:
-            self.stop()
-            raise
-        return self
-
-    def __exit__(
-        self, kind: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.stop()
-
     def start(self, timeout: float = 60.0) -> None:
         r = self.root
+        acct = self.accounting
+        if acct is not None and self.own_accounting:
+            acct.start()
         for sub in ("munge", "state", "log", "dev", *(f"spool/{n}" for n in self.nodes)):
             (r / sub).mkdir(parents=True, exist_ok=True)
-        (r / "munge").chmod(0o711)
-        key = r / "munge" / "key"
-        key.write_bytes(os.urandom(1024))
-        key.chmod(0o600)
         (r / "plugstack.conf").write_text("")
         gpus = max(self.nodes.values())
         for i in range(gpus):  # what gres.conf's File= names; /dev/null's numbers
@@ -181,12 +205,26 @@ class LocalSlurm:
             )
         )
         for attempt in range(3):  # a port found free may be taken before a daemon binds it
-            ports = {name: _free_port() for name in ("ctld", "slurmd", *self.nodes)}
-            self.conf.write_text(
-                slurm_conf(r, self.nodes, ports, self.partitions, self.slurmd_timeout)
+            ports = {name: free_port() for name in ("ctld", "slurmd", *self.nodes)}
+            shared = (
+                {
+                    "munge_socket": acct.munge_socket,
+                    "accounting": storage_lines(acct.munge_socket, acct.dbd_port),
+                }
+                if acct
+                else {}
             )
+            self.conf.write_text(
+                slurm_conf(r, self.nodes, ports, self.partitions, self.slurmd_timeout,
+                           bool(self.held), self.name, prolog=self.prolog,
+                           **shared)  # type: ignore[arg-type]
+            )  # fmt: skip
+            if self.held:
+                (r / "job_submit.lua").write_text(
+                    job_submit_lua(self.held, next(iter(self.partitions)))
+                )
             try:
-                self._start_daemons(key, timeout)
+                self._start_daemons(timeout)
                 return
             except RuntimeError:
                 logs = "".join(p.read_text(errors="replace") for p in (r / "log").glob("*.out"))
@@ -196,31 +234,17 @@ class LocalSlurm:
                 for out in (r / "log").glob("*.out"):
                     out.unlink()
 
-    def _start_daemons(self, key: Path, timeout: float) -> None:
-        m = self.root / "munge"
-        self._spawn(
-            "munged",
-            [
-                "munged",
-                "-F",
-                "-f",
-                f"--socket={m}/socket",
-                f"--key-file={key}",
-                f"--pid-file={m}/pid",
-                f"--log-file={m}/log",
-                f"--seed-file={m}/seed",
-            ],
-        )
-        self._wait(lambda: (m / "socket").exists(), timeout, "munged's socket")
+    def _start_daemons(self, timeout: float) -> None:
+        r = self.root
+        if self.accounting is not None:  # its munged signs for this cluster too
+            self.accounting.add_cluster(self.name)
+        else:
+            self._start_munged(r / "munge", timeout)
         self._spawn("slurmctld", ["slurmctld", "-D", "-i", "-f", str(self.conf)])
         self._wait(lambda: self._answers(), timeout, "slurmctld to answer")
         for node in self.nodes:
             self._spawn(f"slurmd-{node}", ["slurmd", "-D", "-N", node, "-f", str(self.conf)])
         self._wait(self._all_idle, timeout, "every node idle")
-
-    def _spawn(self, name: str, cmd: list[str]) -> None:
-        log = (self.root / "log" / f"{name}.out").open("ab")
-        self._procs[name] = subprocess.Popen(cmd, env=self.env, stdout=log, stderr=log)
 
     def _answers(self) -> bool:
         return (
@@ -229,6 +253,10 @@ class LocalSlurm:
             ).returncode
             == 0
         )
+
+    def procs(self) -> dict[str, subprocess.Popen[bytes]]:
+        """The daemons running now, by name (``slurmd-n1``, …)."""
+        return dict(self._procs)
 
     def states(self) -> dict[str, str]:
         """Node → its state as ``sinfo`` says it (idle, mixed, allocated, down*, …)."""
@@ -239,26 +267,15 @@ class LocalSlurm:
         states = self.states()
         return all(states.get(n) == "idle" for n in self.nodes)
 
-    def _wait(self, cond: object, timeout: float, what: str) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            dead = [n for n, p in self._procs.items() if p.poll() is not None]
-            if dead:
-                raise RuntimeError(
-                    f"{', '.join(dead)} exited while waiting for {what}; see {self.root}/log"
-                )
-            if cond():  # type: ignore[operator]
-                return
-            time.sleep(0.05)
-        raise RuntimeError(f"timed out after {timeout}s waiting for {what}; see {self.root}/log")
-
-    def fail_node(self, node: str) -> list[int]:
+    def fail_node(self, node: str, freeze: bool = True) -> list[int]:
         """The machine ``node`` stops: its slurmd is killed, and its job steps and their
-        processes are frozen (SIGSTOP), as if it had lost power; the frozen pids."""
+        processes are frozen (SIGSTOP), as if it had lost power; the frozen pids. With
+        ``freeze=False`` only slurmd stops: the node is cut off from Slurm while its jobs'
+        processes keep running (a partitioned node)."""
         self._procs[f"slurmd-{node}"].kill()
         self._procs.pop(f"slurmd-{node}").wait()
-        frozen = []
-        for pid in _pids_of_node(node):
+        frozen: list[int] = []
+        for pid in _pids_of_node(node) if freeze else ():
             for target in (pid, _parent(pid)):  # a task, and its slurmstepd
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(target, signal.SIGSTOP)
@@ -291,32 +308,24 @@ class LocalSlurm:
         with contextlib.suppress(RuntimeError):
             self.cancel_all()
         self._terminate()
-
-    def _terminate(self) -> None:
-        for name in reversed(list(self._procs)):
-            proc = self._procs.pop(name)
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
-                try:
-                    proc.wait(20)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait()
+        if self.accounting is not None and self.own_accounting:
+            self.accounting.stop()
 
 
-def _pids_of_node(node: str) -> list[int]:
-    """Processes Slurm started on ``node`` (their environment names it)."""
-    found = []
+def environments() -> Iterator[tuple[int, list[bytes]]]:
+    """Every process of this machine with its environment (``VAR=value`` entries)."""
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
         try:
-            environ = (entry / "environ").read_bytes().split(b"\0")
+            yield int(entry.name), (entry / "environ").read_bytes().split(b"\0")
         except OSError:
             continue
-        if f"SLURMD_NODENAME={node}".encode() in environ:
-            found.append(int(entry.name))
-    return found
+
+
+def _pids_of_node(node: str) -> list[int]:
+    """Processes Slurm started on ``node`` (their environment names it)."""
+    return [pid for pid, env in environments() if f"SLURMD_NODENAME={node}".encode() in env]
 
 
 def _parent(pid: int) -> int:
@@ -333,10 +342,25 @@ def main() -> int:
     ap.add_argument("dir", type=Path, help="where configuration, state and logs go")
     ap.add_argument("--nodes", type=int, default=2, help="slurmd daemons (default 2)")
     ap.add_argument("--gpus", type=int, default=2, help="fake GPUs per node (default 2)")
+    ap.add_argument(
+        "--slurmd-timeout",
+        type=int,
+        default=300,
+        metavar="SECONDS",
+        help="SlurmdTimeout: a silent node is DOWN after it (default 300)",
+    )
+    ap.add_argument("--hold-sbatch", action="store_true",
+                    help="the job_submit/lua plugin holds plain jobs of the partition "
+                         "at submission (tools/job_submit.lua)")  # fmt: skip
+    ap.add_argument("--accounting", action="store_true",
+                    help="record jobs in slurmdbd on a local MariaDB (DIR/accounting): "
+                         "plain sacct works")  # fmt: skip
     args = ap.parse_args()
-    require("slurm_local")
+    require("slurm_local", accounting=args.accounting)
     nodes = {f"n{i + 1}": args.gpus for i in range(args.nodes)}
-    with LocalSlurm(args.dir, nodes) as slurm:
+    held = ["tiresias"] if args.hold_sbatch else []
+    with LocalSlurm(args.dir, nodes, slurmd_timeout=args.slurmd_timeout, held=held,
+                    accounting=args.accounting) as slurm:  # fmt: skip
         print(f"export SLURM_CONF={slurm.conf}", flush=True)
         signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
         signal.sigwait({signal.SIGINT, signal.SIGTERM})

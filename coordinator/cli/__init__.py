@@ -12,10 +12,11 @@ import click
 
 from coordinator.cli.jobs import COMMANDS
 from coordinator.cli.keys import keys
-from tiresias_cli.kit import Group, run
+from tiresias_cli.kit import Group, run, version_option
 
 
 @click.group("tiresias", cls=Group, help="\b\n" + __doc__.replace("``", ""))
+@version_option()
 def cli() -> None:
     pass
 

@@ -18,10 +18,11 @@ from typing import Any
 
 import click
 
-from coordinator.cli.tables import NODE_COLUMNS, format_job, jobs_text, table
+from coordinator.cli.tables import NODE_COLUMNS, first_screen_text, format_job, jobs_text, table
 from coordinator.core.model import JobState
 from coordinator.gang import GangRequest
-from coordinator.service import keys as curve
+from coordinator.protocol import REQUESTS
+from coordinator.service import curve
 from coordinator.service.client import (
     ADDRESS_ENV,
     DEFAULT_ADDRESS,
@@ -38,7 +39,14 @@ from tiresias_cli.kit import (
     option,
 )
 from tiresias_cli.kit import passthrough as passthrough_args
-from tiresias_cli.values import COUNT, POSITIVE_COUNT, POSITIVE_SECONDS, Checked
+from tiresias_cli.values import (
+    POSITIVE_COUNT,
+    POSITIVE_SECONDS,
+    PS_COUNT,
+    WORKERS,
+    Checked,
+    Workers,
+)
 
 #: ``submit``'s and ``tiresias-run``'s script argument.
 SCRIPT_HELP = (
@@ -47,6 +55,25 @@ SCRIPT_HELP = (
 )
 #: Times a submit is sent again when no reply comes (its key makes that safe).
 SUBMIT_RETRIES = 2
+
+
+def shape_options(command: Callable[..., Any]) -> Callable[..., Any]:
+    """``--workers N|MIN:MAX``, ``--ps N`` and ``--horovod``: a job's shape, as ``tiresias
+    submit`` and ``tiresias-run`` take it."""
+    options = (
+        option(
+            "--workers",
+            type=WORKERS,
+            default=Workers(1),
+            help="workers, one GPU each (W_J); MIN:MAX for an elastic gang, run on as many as "
+            "the scheduler gives it",
+        ),
+        option("--ps", type=PS_COUNT, default=0, help="parameter servers (a fixed count)"),
+        option("--horovod", is_flag=True, help="run as Horovod ranks"),
+    )
+    for decorate in reversed(options):
+        command = decorate(command)
+    return command
 
 
 def on_this_machine(address: str) -> bool:
@@ -59,6 +86,18 @@ def on_this_machine(address: str) -> bool:
     return host == "localhost" or host.startswith("127.") or host == "::1"
 
 
+def is_python(path: Path) -> bool:
+    """Whether ``path`` is a Python script: jobs run it with ``python``."""
+    if path.suffix in (".py", ".pyw"):
+        return True
+    try:
+        with path.open("rb") as f:
+            first = f.readline(200)
+    except OSError:
+        return False
+    return first.startswith(b"#!") and b"python" in first
+
+
 def script_argv(script: str, coordinator: str | None) -> str:
     """The job's script as the nodes of ``coordinator`` (None: an embedded one, here) should
     see it: an absolute path when it exists here. Raises ValueError for a script that cannot
@@ -67,6 +106,8 @@ def script_argv(script: str, coordinator: str | None) -> str:
     nodes_here = coordinator is None or on_this_machine(coordinator)
     path = Path(script)
     if path.is_file():
+        if not is_python(path):
+            raise ValueError(f"{script} is not a Python file (a .py file, or a python #! line)")
         return str(path.resolve())
     if path.exists():
         raise ValueError(f"{script} is not a file")
@@ -164,7 +205,16 @@ def _sections() -> Callable[[str, str], None]:
     return write
 
 
-def client_command(name: str, help: str, **settings: Any) -> Callable:
+def refusal(error: RequestError) -> str:
+    """The coordinator's answer without the name of the request it refused (``status:
+    unknown job id``): the command line names the command the user typed instead."""
+    kind, sep, rest = str(error).partition(": ")
+    return rest if sep and kind in REQUESTS else str(error)
+
+
+def client_command(
+    name: str, help: str, **settings: Any
+) -> Callable[[Callable[..., int]], click.Command]:
     """A command talking to the coordinator: the connection options and ``--json`` added,
     the client opened, and its failures turned into one line and an exit code (1: the
     coordinator refused; 2: a bad address, keys or argument)."""
@@ -178,7 +228,7 @@ def client_command(name: str, help: str, **settings: Any) -> Callable:
             except BrokenPipeError:
                 raise
             except RequestError as e:
-                print(f"tiresias: {e}", file=sys.stderr)
+                print(f"tiresias {name}: {refusal(e)}", file=sys.stderr)
                 return 1
             except (OSError, ValueError) as e:
                 print(f"tiresias {name}: {e}", file=sys.stderr)
@@ -186,6 +236,7 @@ def client_command(name: str, help: str, **settings: Any) -> Callable:
             except KeyboardInterrupt:
                 return 130
 
+        command: Any = run  # each decorator wraps it; the last makes the click.Command
         for decorator in reversed(
             [
                 click.command(name, cls=Command, help=help, **settings),
@@ -215,23 +266,15 @@ def client_command(name: str, help: str, **settings: Any) -> Callable:
                 ),
             ]
         ):
-            run = decorator(run)
-        return run
+            command = decorator(command)
+        assert isinstance(command, click.Command)
+        return command
 
     return decorate
 
 
 @client_command("submit", "queue a job", context_settings=PASSTHROUGH_SETTINGS)
-@option(
-    "--workers",
-    type=POSITIVE_COUNT,
-    default=None,
-    show_default="--gpus, else 1",
-    help="workers, one GPU each (W_J)",
-)
-@option("--gpus", type=POSITIVE_COUNT, default=None, help="same as --workers")
-@option("--ps", type=COUNT, default=0, help="parameter servers")
-@option("--horovod", is_flag=True, help="run as Horovod ranks")
+@shape_options
 @option("--name", default=None, metavar="NAME", show_default="the script's", help="job name")
 @option(
     "--duration",
@@ -250,8 +293,7 @@ def client_command(name: str, help: str, **settings: Any) -> Callable:
 def submit(
     client: Client,
     as_json: bool,
-    workers: int | None,
-    gpus: int | None,
+    workers: Workers,
     ps: int,
     horovod: bool,
     name: str | None,
@@ -260,15 +302,15 @@ def submit(
     script: str,
     args: tuple[str, ...],
 ) -> int:
-    shape = {
+    shape: dict[str, Any] = {
         "argv": [
             script_argv(script, client.address),
             *passthrough_args(click.get_current_context(), args),
         ],
-        "workers": workers if workers is not None else (gpus or 1),
+        "workers": workers.most,
+        "min_workers": workers.least,
         "ps": ps,
         "horovod": horovod,
-        "gpus": gpus,
     }
     GangRequest.from_submit(shape)  # a bad shape is the user's mistake: exit 2, nothing sent
     reply = client.request(
@@ -319,17 +361,32 @@ def status(
 
 
 @client_command(
-    "queue", "active jobs by queue, then each waiting job's place in line and why it waits"
+    "queue",
+    "how many jobs run and wait in each queue, the head of each line, and why each of those "
+    "waits; --all for every active job",
 )
 @option("--user", default=None, metavar="USER", show_default="everyone's", help=USER_HELP)
-def queue(client: Client, as_json: bool, user: str | None) -> int:
+@option(
+    "--all", "everything", is_flag=True, help="every active job, not only the head of each line"
+)
+@option("--limit", type=POSITIVE_COUNT, default=10, help="jobs shown of each line")
+def queue(client: Client, as_json: bool, user: str | None, everything: bool, limit: int) -> int:
+    if not everything:  # the first screen costs the same however many jobs wait
+        reply = client.request("queue", heads=limit, user=user)
+        emit(as_json, {k: reply[k] for k in ("queues", "jobs")}, first_screen_text)
+        return 0
     jobs = list_jobs(client, "queue", user=user)
     jobs.sort(key=lambda j: (j["state"] != "running", j["queue"], j["priority"] or 0))
     emit(as_json, jobs, jobs_text)
     return 0
 
 
-@client_command("nodes", "nodes and their GPUs")
+@client_command(
+    "nodes",
+    "every node (up, drained: taking no new jobs, or lost) and its GPUs, one line a node, as "
+    "sinfo -N lists them: a full listing, whose cost follows the nodes (a few microseconds "
+    "each in the coordinator), never the jobs",
+)
 def nodes(client: Client, as_json: bool) -> int:
     emit(as_json, client.request("nodes")["nodes"], lambda ns: table(ns, NODE_COLUMNS))
     return 0
@@ -355,6 +412,8 @@ def cancel(client: Client, as_json: bool, job: str) -> int:
 @option("-f", "--follow", is_flag=True, help="keep printing until it ends")
 def logs(client: Client, as_json: bool, job: str, follow: bool) -> int:
     view = client.request("status", job_id=job)["job"]
+    if view["first_start"] is None:
+        client.request("logs", job_id=job)  # refused for a non-owner, even with none yet
     if view["first_start"] is None and not as_json:
         never = JobState(view["state"]).finished
         print(

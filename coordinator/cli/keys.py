@@ -9,7 +9,7 @@ from typing import Any
 
 import click
 
-from coordinator.service import keys as curve
+from coordinator.service import curve
 from tiresias_cli.kit import Group, argument, emit, json_option, option
 
 

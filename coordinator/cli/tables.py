@@ -10,7 +10,7 @@ from typing import Any
 
 from coordinator.core.explain import queue_name
 from coordinator.service.profiler import SOURCE_WORDS
-from coordinator.service.views import checkpoint_text, exit_text, lost_text
+from coordinator.service.views import checkpoint_text, exit_text, gpus_text, lost_text
 from coordinator.service.why import history_lines, pending_line, position_text, why_waiting
 from tiresias_launch.report import resume_line
 
@@ -32,11 +32,18 @@ def _placement(p: dict[str, list[int]] | None) -> str:
     return " ".join(f"{n}:{','.join(map(str, g))}" for n, g in sorted(p.items()))
 
 
+def _workers(j: dict[str, Any]) -> str:
+    low = j.get("min_workers")
+    return str(j["workers"]) if low is None else f"{low} to {j['workers']}"
+
+
 def _num(x: float | None, fmt: str = "{:.2f}") -> str:
     return "-" if x is None else fmt.format(x)
 
 
-def table(rows: Sequence[dict[str, Any]], columns: Sequence[tuple[str, Callable]]) -> str:
+def table(
+    rows: Sequence[dict[str, Any]], columns: Sequence[tuple[str, Callable[[Any], Any]]]
+) -> str:
     """Left-aligned plain-text table; ``columns`` are (header, row → cell) pairs."""
     cells = [[h for h, _ in columns]] + [[str(f(r)) for _, f in columns] for r in rows]
     widths = [max(len(c[i]) for c in cells) for i in range(len(columns))]
@@ -45,16 +52,17 @@ def table(rows: Sequence[dict[str, Any]], columns: Sequence[tuple[str, Callable]
     )
 
 
-JOB_COLUMNS: list[tuple[str, Callable]] = [
+JOB_COLUMNS: list[tuple[str, Callable[[Any], Any]]] = [
     ("JOB", lambda j: j["job_id"]),
     ("STATE", lambda j: j["state"]),
-    ("GPUS", lambda j: j["gpus"]),
+    ("GPUS", gpus_text),
     ("QUEUE", lambda j: queue_name(j["queue"])),
     ("PRIORITY", lambda j: _num(j["priority"], "{:.4g}")),
     # place in line of a waiting job: "Q2 #3" (the reasons follow the table)
     ("LINE", lambda j: position_text(j.get("pending"))),
     ("ATTAINED", lambda j: f"{j['attained']:.1f} GPU·s"),
-    ("WAITING", lambda j: _dur(j["waiting"])),
+    # seconds not running since submitted, in every state (the current wait: status JOB)
+    ("WAITED", lambda j: _dur(j.get("waited", j["waiting"]))),
     ("SKEW", lambda j: _num(j["skew"])),
     ("PLACEMENT", lambda j: _placement(j["placement"])),
     ("RESTARTS", lambda j: j["restarts"]),
@@ -74,10 +82,13 @@ def format_job(j: dict[str, Any]) -> str:
         f"command    {' '.join(j['argv'])}",
         f"state      {j['state']}"
         + (f"  exit code {j['exit_code']}" if j.get("exit_code") is not None else ""),
-        f"shape      {j['workers']} workers, {j['ps']} ps, {j['gpus']} GPUs",
+        f"shape      {_workers(j)} workers, {j['ps']} ps, {gpus_text(j)} GPUs"
+        + (" (held at its size until its runtime confirms it can resize)" if j.get("held") else ""),
         f"queue      {queue_name(j['queue'])}  priority {_num(j['priority'], '{:.4g}')}",
-        f"attained   {j['attained']:.1f} GPU·s  (run {_dur(j['executed'])}, "
-        f"waiting {_dur(j['waiting'])})",
+        f"attained   {j['attained']:.1f} GPU·s  ({j['gpus']} GPUs × its runs, as the scheduler "
+        f"counts: run {_dur(j['executed'])}, waited {_dur(j.get('waited', j['waiting']))}"
+        + (f", waiting {_dur(j['waiting'])}" if j["waiting"] else "")
+        + ")",
         f"skew S_J   {_num(j['skew'], '{:.3f}')}"
         + (f" {SOURCE_WORDS[j['skew_source']]}" if j.get("skew_source") in SOURCE_WORDS else "")
         + (f"  (PACKLIMIT {j['packlimit']:.3f})" if j.get("packlimit") is not None else ""),
@@ -88,7 +99,11 @@ def format_job(j: dict[str, Any]) -> str:
         lines.append(
             f"progress   step {progress['step']} (restart {progress.get('restart')})"
             + (f", {progress['iter_time'] * 1e3:.3g} ms/step" if progress.get("iter_time") else "")
-            + (f", {progress['gpu_time']:.1f} GPU·s" if progress.get("gpu_time") else "")
+            + (
+                f", {progress['gpu_time']:.1f} GPU·s of the reporting process in this run"
+                if progress.get("gpu_time")
+                else ""
+            )
         )
     lines.append(f"checkpoint {checkpoint_text(j)}")
     warmup = progress.get("warmup") or {}
@@ -113,10 +128,35 @@ def jobs_text(jobs: list[dict[str, Any]]) -> str:
     return "\n".join([table(jobs, JOB_COLUMNS), *why_waiting(jobs)])
 
 
-NODE_COLUMNS: list[tuple[str, Callable]] = [
+def first_screen_text(screen: dict[str, Any]) -> str:
+    """``tiresias queue``: a line per queue (jobs running and waiting, and their GPUs), the
+    head of each line with why each waits, and how to see the rest."""
+    queues, jobs = screen["queues"], screen["jobs"]
+    if not queues:
+        return "no active jobs"
+    counts = table(
+        queues,
+        [
+            ("QUEUE", lambda q: queue_name(q["queue"])),
+            ("RUNNING", lambda q: q["running"]),
+            ("GPUS", lambda q: q["running_gpus"]),
+            ("WAITING", lambda q: q["waiting"]),
+            ("GPUS WANTED", lambda q: q["waiting_gpus"]),
+        ],
+    )
+    hidden = sum(q["running"] + q["waiting"] for q in queues) - len(jobs)
+    more = (
+        [f"\n{hidden} more active jobs: tiresias queue --all, or --limit N for N of each line"]
+        if hidden > 0
+        else []
+    )
+    return "\n".join([counts, "", jobs_text(jobs), *more])
+
+
+NODE_COLUMNS: list[tuple[str, Callable[[Any], Any]]] = [
     ("NODE", lambda n: n["name"]),
     ("HOST", lambda n: n["host"] or "-"),
-    ("STATE", lambda n: "up" if n["connected"] else "lost"),
+    ("STATE", lambda n: "lost" if not n["connected"] else "drained" if n["drained"] else "up"),
     ("GPUS", lambda n: f"{n['used']}/{n['total']}"),
     ("JOBS", lambda n: " ".join(sorted({g["job"] for g in n["gpus"] if g["job"]})) or "-"),
     ("LAST SEEN", lambda n: _dur(n["silent_for"]) + " ago" if n["silent_for"] is not None else "-"),

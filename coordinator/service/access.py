@@ -14,10 +14,13 @@ from coordinator.service.server import Server
 #: Who may send what (docs/security.md); ``report`` is checked per job (owner or job token).
 CLIENT_REQUESTS = frozenset({"submit", "status", "queue", "nodes", "cancel", "logs", "advance"})
 AGENT_MESSAGES = frozenset({"register", "heartbeat", "exited", "log_data"})
+#: The "code" of a refused agent message: the agent's key or uid may not speak for its node
+#: name (the agent gives up after a few tries, exit code 2).
+IDENTITY = "identity"
 
 
 def known(c: Server, t: str, job_id: str) -> JobRecord:
-    rec = c.book.records.get(job_id)
+    rec = c.book.records.get(job_id) or c.archive.record(job_id)
     if rec is None:
         raise protocol.ProtocolError(f"{t}: unknown job id {job_id!r}")
     return rec
@@ -25,7 +28,11 @@ def known(c: Server, t: str, job_id: str) -> JobRecord:
 
 def may_manage(c: Server, rec: JobRecord) -> bool:
     """Whether the sender owns the job or is an admin."""
-    owner = rec.request.owner
+    return is_owner_or_admin(c, rec.request.owner)
+
+
+def is_owner_or_admin(c: Server, owner: str | None) -> bool:
+    """Whether the sender is ``owner`` (a job's, None when it has none) or an admin."""
     return c.peer.admin or (owner is not None and c.peer.user == owner)
 
 

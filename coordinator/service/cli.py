@@ -18,10 +18,11 @@ import zmq
 
 from coordinator.core.model import CoreError
 from coordinator.scheduling_flags import MEASURED, scheduling_options, scheduling_settings
-from coordinator.service.coordinator import Coordinator, Options
-from coordinator.service.options import MAX_JOB_SIZE
+from coordinator.service import retention
+from coordinator.service.coordinator import Coordinator
+from coordinator.service.options import MAX_JOB_SIZE, Options
 from coordinator.service.ports import PORT_RANGE
-from tiresias_cli.kit import Command, option, run
+from tiresias_cli.kit import Command, option, run, version_option
 from tiresias_cli.values import (
     PORT,
     POSITIVE_COUNT,
@@ -36,6 +37,7 @@ PATH = click.Path(path_type=Path)
 
 
 @click.command("tiresias-coordinator", cls=Command, help=DESCRIPTION)
+@version_option()
 @option(
     "--bind",
     default=Options.bind,
@@ -54,14 +56,17 @@ PATH = click.Path(path_type=Path)
     "policy", "placement", "queue_thresholds", "promote_knob", "packlimit", "interval"
 )
 @option(
+    "--gittins-samples",
     "--gittins-history",
+    "gittins_history",
     type=PATH,
     default=None,
     metavar="FILE",
-    help="tiresias-g: CSV of past jobs' service (header 'duration', GPU-seconds) that seeds "
-    "the Gittins distribution",
+    help="tiresias-g: CSV of past jobs' service (header 'duration', GPU-seconds, or a shipped "
+    "sample's name, e.g. yarn-gput1000) that seeds the Gittins distribution "
+    "(--gittins-history: its old name, deprecated)",
 )
-@scheduling_options(*MEASURED, "gittins_variant", "gittins_learn")
+@scheduling_options(*MEASURED, "gittins_variant", "gittins_learn", "rules")
 @option(
     "--heartbeat-timeout",
     type=POSITIVE_SECONDS,
@@ -81,6 +86,13 @@ PATH = click.Path(path_type=Path)
     metavar="SIGNAL",
     help="signal asking a preempted job's processes to checkpoint and exit (SIGTERM, SIGINT, "
     "SIGUSR1 or SIGUSR2); they get --grace seconds before SIGKILL",
+)
+@option(
+    "--keep-finished",
+    type=POSITIVE_SECONDS,
+    default=Options.keep_finished,
+    show_default="604800 = 7 days",
+    help="seconds a finished job's checkpoints are kept; then they are removed (swept hourly)",
 )
 @option(
     "--checkpoint-root",
@@ -187,6 +199,12 @@ def command(**flags: Any) -> int:
         print(f"tiresias-coordinator: {e}", file=sys.stderr)
         return 2
     signal.signal(signal.SIGTERM, lambda *_: coord.stop.set())
+    retention.start(
+        lambda now: retention.sweep_checkpoints(
+            coord.store.path, opts.checkpoints, opts.keep_finished, now
+        ),
+        "tiresias-retention",
+    )
     try:
         coord.run()
     except KeyboardInterrupt:

@@ -14,7 +14,7 @@ from typing import Any
 import zmq
 
 from coordinator import protocol
-from coordinator.service.keys import KEYS_ENV, ClientKeys, user_dir
+from coordinator.service.curve import KEYS_ENV, ClientKeys, user_dir
 from tiresias_launch import contract
 
 #: On one machine: a Unix socket, whose peers the coordinator knows by uid (docs/security.md).
@@ -39,9 +39,9 @@ def client_keys(directory: str | Path | None, address: str | None = None) -> Cli
     return ClientKeys.load(Path(directory)) if directory else None
 
 
-def dealer(ctx: zmq.Context, address: str, keys: ClientKeys | None) -> zmq.Socket:
+def dealer(ctx: zmq.Context[Any], address: str, keys: ClientKeys | None) -> zmq.Socket[Any]:
     """A DEALER socket connected to ``address`` that never blocks on close."""
-    sock = ctx.socket(zmq.DEALER)
+    sock: zmq.Socket[Any] = ctx.socket(zmq.DEALER)
     sock.linger = 0
     if keys is not None:
         keys.apply(sock)
@@ -73,7 +73,7 @@ class Client:
         address: str | None = None,
         keys: ClientKeys | None = None,
         timeout: float = 10.0,
-        ctx: zmq.Context | None = None,
+        ctx: zmq.Context[Any] | None = None,
     ) -> None:
         self.address = address or default_address()
         self.timeout = timeout
@@ -83,7 +83,7 @@ class Client:
 
     def request(
         self, msg_type: str, timeout: float | None = None, retries: int = 0, **fields: Any
-    ) -> dict:
+    ) -> dict[str, Any]:
         """Send one request and return the ``ok`` reply's fields. ``retries``: send it again
         that many times when no reply comes (only for requests safe to repeat, such as a
         submit with a ``key``)."""
@@ -102,7 +102,7 @@ class Client:
             + f" ({_why_silent(self.address)})"
         )
 
-    def _reply(self, rid: int, deadline: float) -> dict | None:
+    def _reply(self, rid: int, deadline: float) -> dict[str, Any] | None:
         """The reply to request ``rid``, or None at the deadline."""
         while True:
             left = deadline - time.monotonic()

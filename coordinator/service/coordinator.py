@@ -5,8 +5,8 @@ tcp), the clocks (the core only ever sees ``now``), timers (the scheduler's next
 heartbeats, preemption backstops) and the SQLite journal: each message is handled in one
 transaction (``atomic``), and the commands it decided leave only after it committed, so a
 restarted coordinator picks up exactly where the old one stopped. What runs where is the
-run book's (``runs.py``); the machines are the executor's (``executor.py``, ``agents.py``);
-client requests are handled in ``requests.py``.
+run book's (``runs.py``); the machines are the executor's (``executor.py``, and
+``coordinator/executors``); client requests are handled in ``requests.py``.
 """
 
 from __future__ import annotations
@@ -26,41 +26,51 @@ import zmq
 
 from coordinator import protocol
 from coordinator.core import events
-from coordinator.core.model import CoreError, Decision
+from coordinator.core.model import CoreError, Decision, Start
 from coordinator.core.scheduler import Scheduler
 from coordinator.core.settings import build_scheduler, snapshot
 from coordinator.service import (
     access,
-    agent_messages,
-    agents,
+    archive,
+    compose,
+    curve,
     dashboard,
     identity,
     profiler,
     recovery,
     requests,
-    slurm,
+    retire,
 )
-from coordinator.service import keys as curve
 from coordinator.service.commands import Forget, send
 from coordinator.service.executor import (
     Executor,
     ExecutorEvent,
     JobFound,
     LogData,
+    NodeDrained,
+    NodeJoined,
     NodeLost,
-    NodeUp,
     PartExited,
     RunBegan,
 )
-from coordinator.service.history import History
+from coordinator.service.gangs import RunSettings
+from coordinator.service.job_events import History
 from coordinator.service.logfetch import LogFetches
 from coordinator.service.metrics import Metrics
 from coordinator.service.options import Options
 from coordinator.service.ports import JobPorts
-from coordinator.service.runs import RunBook, RunSettings, When
+from coordinator.service.records import ActiveIndex
+from coordinator.service.runs import RunBook, When
 from coordinator.service.store import Store
 
 log = logging.getLogger("tiresias.coordinator")
+
+#: Messages handled before timers and the pass run; read to clear a backlog before a node
+#: is judged silent. A loop turn (the 0.2 s poll, plus handling) longer than STALL: the
+#: process was stopped or starved, and that time counts against no node's heartbeats.
+BURST, BACKLOG, STALL = 1000, 100_000, 1.0
+#: The executor the options name, given the coordinator's ``send(route, frame)``.
+ExecutorFactory = Callable[[Options, compose.Send], Executor]
 
 #: Requests that change state: refused once the state database cannot be written.
 CHANGES = frozenset({"submit", "cancel", "advance", "register", "exited"})
@@ -69,8 +79,8 @@ CHANGES = frozenset({"submit", "cancel", "advance", "register", "exited"})
 class Coordinator:
     """The server; also the run book's ``Ledger`` (core calls and records go to the journal)."""
 
-    def __init__(self, opts: Options, executor: Executor | None = None) -> None:
-        """``executor``: the machines (default: the agent fleet on this server's socket)."""
+    def __init__(self, opts: Options, executor_for: ExecutorFactory = compose.executor_for) -> None:
+        """``executor_for``: the machines the options name, given this server's socket."""
         self.opts = opts
         self.metrics = Metrics()
         # options are checked (by building the scheduler) before the state directory exists,
@@ -78,14 +88,12 @@ class Coordinator:
         self.core_settings = opts.core_settings()
         fresh = build_scheduler(self.core_settings)
         identity.check_bind(opts.bind, opts.curve_keys is not None)
-        if executor is None and opts.executor == "slurm":  # checked before the state exists
-            executor = slurm.executor_for(opts)
+        # the executor is checked before the state directory exists
+        self.executor: Executor = executor_for(opts, self._send)
         self.store = Store(opts.state)
         self.peer = identity.NOBODY  # who sent the message being handled
         self.stop = threading.Event()
         self.ready = threading.Event()
-        self.fleet = agents.AgentFleet(self._send, opts.heartbeat_timeout)
-        self.executor: Executor = executor or self.fleet
         self.logs = LogFetches(self._send)
         self.settings = RunSettings(
             opts.grace, opts.preempt_signal, opts.heartbeat_timeout, opts.checkpoints
@@ -99,9 +107,10 @@ class Coordinator:
         #: Profiler stage hook: (report, number of PS) → S_J or None.
         self.skew_estimator = profiler.SkewStage()
         self.dashboard: dashboard.Dashboard | None = None
+        self._last_turn = time.monotonic()  # the end of the loop's last turn
         self.handlers: dict[str, Callable[[Coordinator, bytes, dict[str, Any]], Any]] = {
             **requests.CLIENT_HANDLERS,
-            **agent_messages.AGENT_HANDLERS,
+            **self.executor.handlers(),
         }
         self._recover(fresh)
 
@@ -114,6 +123,7 @@ class Coordinator:
         downtime = max(0.0, time.time() - self.store.get_meta("wall", time.time()))
         base = self.store.get_meta("now", 0.0) + (0.0 if self.opts.manual_clock else downtime)
         self.clock = recovery.Clock(base, self.opts.manual_clock)
+        self.passed_at = self.clock.now()  # core time of the last scheduling pass
         # nodes the core knows must come back before we schedule or be declared lost
         started = time.monotonic()
         self.unconfirmed = set(self.sched.free_gpus())
@@ -132,9 +142,11 @@ class Coordinator:
         loaded = recovery.load(self.store, self.opts, self.core_settings, fresh)
         self.sched = loaded.sched
         self.history = History(self.store.db, self.sched)
+        self.archive = archive.Archive(self.store.db)
         old = getattr(self, "book", None)
         self.book = RunBook(self.sched, self, self.settings, loaded.packlimit, self.metrics)
-        self.book.records = loaded.records
+        self.book.records, self.active = loaded.records, ActiveIndex.of(loaded.records)
+        self.book.ended = [j for j in loaded.records if self.sched.job(j).state.finished]
         if old is not None:  # what lives only in this process carries over
             self.book.deadlines, self.book.joined = old.deadlines, old.joined
         self.submit_keys = recovery.submit_keys(loaded.records)
@@ -206,7 +218,7 @@ class Coordinator:
         socket_path = identity.ipc_path(self.opts.bind)
         if socket_path is not None:
             identity.claim_socket(Path(socket_path))
-        ctx = zmq.Context.instance()
+        ctx: zmq.Context[Any] = zmq.Context.instance()
         auth = None
         self.sock = ctx.socket(zmq.ROUTER)
         self.sock.linger = 0
@@ -241,27 +253,17 @@ class Coordinator:
             self.opts.state,
         )
         self.ready.set()
+        self._peer_of = peer_of
+        self._last_turn = time.monotonic()
         try:
             while not self.stop.is_set():
                 if self.sock.poll(self._poll_ms()):
-                    for _ in range(1000):  # drain a burst, then schedule once
-                        try:
-                            rid, *frames = self.sock.recv_multipart(zmq.NOBLOCK, copy=False)
-                        except zmq.Again:
-                            break
-                        if len(frames) != 1:
-                            self._refuse(
-                                rid.bytes,
-                                protocol.request_id(frames[0].bytes) if frames else None,
-                                f"a message is one frame; got {len(frames)}",
-                            )
-                            continue
-                        self.peer = peer_of(frames[0], self.opts.admins)
-                        self.handle_frame(rid.bytes, frames[0].bytes)
+                    self._drain(BURST)  # a burst, then schedule once
                 try:
                     self._timers()
                 except sqlite3.Error as e:
                     self._disk_failed(e)
+                self._last_turn = time.monotonic()
         finally:
             self._flush_progress()
             if self.dashboard is not None:
@@ -270,6 +272,23 @@ class Coordinator:
             if auth is not None:
                 auth.stop()
             self.store.close()
+
+    def _drain(self, most: int) -> None:
+        """Handle up to ``most`` messages already waiting on the socket."""
+        for _ in range(most):
+            try:
+                rid, *frames = self.sock.recv_multipart(zmq.NOBLOCK, copy=False)
+            except zmq.Again:
+                return
+            if len(frames) != 1:
+                self._refuse(
+                    rid.bytes,
+                    protocol.request_id(frames[0].bytes) if frames else None,
+                    f"a message is one frame; got {len(frames)}",
+                )
+                continue
+            self.peer = self._peer_of(frames[0], self.opts.admins)
+            self.handle_frame(rid.bytes, frames[0].bytes)
 
     def _send(self, route: bytes, frame: bytes) -> None:
         self.sock.send_multipart([route, frame])
@@ -285,6 +304,11 @@ class Coordinator:
 
     def _timers(self) -> None:
         mono = time.monotonic()
+        if mono - self._last_turn > STALL:  # the process did not run: no node was silent
+            log.warning("the coordinator did not run for %.1f s", mono - self._last_turn)
+            self.executor.stalled(mono - self._last_turn)
+        if self.executor.overdue(mono):  # first read what nodes sent while the loop was away
+            self._drain(BACKLOG)
         self.book.overdue(mono)  # the executor should have stopped these by now: insist
         self._send_commands()
         self.logs.expire(mono)
@@ -296,7 +320,7 @@ class Coordinator:
             self._flush_progress()
             self.metrics.update(self.sched, self.executor.nodes().values())
             if self.dashboard is not None:
-                jobs = requests.queue(self, b"", {})["jobs"]
+                jobs = requests.queue(self, b"", {"heads": 100})["jobs"]  # heads of lines
                 nodes = requests.nodes(self, b"", {})["nodes"]
                 self.dashboard.publish(dashboard.state(jobs, nodes, self.clock.now()))
             self._next_flush = mono + 1.0
@@ -314,11 +338,13 @@ class Coordinator:
             self.metrics.pass_latency.observe(time.perf_counter() - t0)
             self.act(decisions)
             self.history.record(self.sched, now, self.book.step_of)
+            retire.retire_finished(self, now)  # their story told, they leave memory
+        self.passed_at = now
 
     def act(self, decisions: list[Decision]) -> None:
-        if decisions:
-            hosts = {name: info.host for name, info in self.executor.nodes().items()}
-            self.book.act(decisions, self.when(), hosts, lambda n: self.job_port(hosts.get(n, n)))
+        taken = {n for d in decisions if isinstance(d, Start) for n in d.allocation.nodes}
+        hosts = {n: info.host for n in taken if (info := self.executor.node(n)) is not None}
+        self.book.act(decisions, self.when(), hosts, lambda n: self.job_port(hosts.get(n, n)))
 
     # --- executor events ----------------------------------------------------------------
     def apply(self, event: ExecutorEvent) -> bool:
@@ -344,18 +370,20 @@ class Coordinator:
         elif isinstance(event, RunBegan) and not self.clock.manual:
             with self.atomic():
                 self.book.began(event.job_id, event.restart, event.wall, when)
-        elif isinstance(event, NodeUp):
+        elif isinstance(event, NodeJoined):
             gpus = sorted(g["index"] for g in event.gpus)
             with self.atomic():
                 self.book.node_up(event.node, gpus, event.running, when)
             self.unconfirmed.discard(event.node)
-            log.info(
-                "node %s registered: %d GPUs, %d running", event.node, len(gpus), len(event.running)
-            )
+            log.info("node %s registered: %d GPUs, %d running", event.node, len(gpus),
+                     len(event.running))  # fmt: skip
         elif isinstance(event, NodeLost):
             self.unconfirmed.discard(event.node)
             with self.atomic():
                 self.book.node_lost(event.node, when)
+        elif isinstance(event, NodeDrained):
+            with self.atomic():
+                self.book.node_drained(event.node, event.drained, event.why, when)
         self.dirty = self.dirty or self.book.changed
         self.book.changed = False
         return True
@@ -380,20 +408,20 @@ class Coordinator:
             return
         denied = access.authorize(self.peer, t, msg)
         if denied is not None:
-            self._refuse(rid, msg.get("id"), denied)
+            code = access.IDENTITY if t in access.AGENT_MESSAGES else None  # an agent gives up
+            self._refuse(rid, msg.get("id"), denied, **({"code": code} if code else {}))
             return
         self.metrics.count(t)
         if self.disk_error is not None and t in CHANGES:
             self._refuse(rid, msg.get("id"), f"{t}: {self.disk_error}")
             return
-        self.fleet.heard(rid, time.monotonic())
         try:
             reply = handler(self, rid, msg)
         except CoreError as e:
             self._refuse(rid, msg.get("id"), f"{t}: {e}")
             return
         except protocol.ProtocolError as e:
-            self._refuse(rid, msg.get("id"), str(e), **({"code": e.code} if e.code else {}))
+            self._refuse(rid, msg.get("id"), str(e), **e.reply_fields())
             return
         except sqlite3.Error as e:
             self._disk_failed(e)

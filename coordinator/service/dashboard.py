@@ -12,17 +12,25 @@ it listens on loopback unless told otherwise (docs/security.md)."""
 from __future__ import annotations
 
 import json
+import math
 import sqlite3
 import threading
+import time
+import urllib.parse
 from http.server import BaseHTTPRequestHandler, HTTPServer
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from coordinator.service.history import job_events, recent_events
+from coordinator.service.dashboard_history import Series, finished_jobs
+from coordinator.service.job_events import job_events, recent_events
 
 #: Newest events of all jobs on the page.
 RECENT_EVENTS = 50
+#: Finished jobs ``/api/finished`` lists at most, and the window of it and ``/api/series``
+#: unless the page asks for another (``?window=SECONDS``).
+FINISHED = 200
+WINDOW = 3600.0
 #: The page runs its own inline script and talks to this server only.
 _POLICY = "default-src 'self'; script-src 'unsafe-inline'; style-src 'unsafe-inline'"
 
@@ -52,11 +60,26 @@ class Dashboard:
         self._lock = threading.Lock()
         self._db: sqlite3.Connection | None = None  # the serving thread's, read-only
         self._server: HTTPServer | None = None
+        self.series = Series()
 
     def publish(self, snapshot: dict[str, Any]) -> None:
         body = json.dumps(snapshot, allow_nan=False, default=str).encode()
         with self._lock:
             self._snapshot = body
+        self.series.add(time.time(), snapshot)
+
+    def finished(self, window: float) -> list[dict[str, Any]]:
+        """Jobs finished in the last ``window`` seconds, with their JCT, newest first; name,
+        owner and shape as last seen active (None for a job that ended before a restart)."""
+        jobs = finished_jobs(self.db(), time.time() - window, FINISHED)
+        return [
+            {
+                **dict.fromkeys(("name", "owner", "gpus", "queue")),
+                **self.series.seen(j["job_id"]),
+                **j,
+            }
+            for j in jobs
+        ]
 
     def snapshot(self) -> bytes:
         with self._lock:
@@ -91,23 +114,47 @@ def serve_dashboard(database: Path, opts: Any) -> Dashboard:
     return board
 
 
+def _window(query: str) -> float | None:
+    """``?window=SECONDS`` (default :data:`WINDOW`); None when it is not seconds > 0."""
+    given = urllib.parse.parse_qs(query).get("window")
+    if not given:
+        return WINDOW
+    try:
+        window = float(given[-1])
+    except ValueError:
+        return None
+    return window if math.isfinite(window) and window > 0 else None
+
+
 class _Handler(BaseHTTPRequestHandler):
     dashboard: Dashboard
     timeout = 10  # a client that sends nothing does not hold the server
 
     def do_GET(self) -> None:
-        path = self.path.split("?", 1)[0]
-        if path == "/":
+        path, _, query = self.path.partition("?")
+        window = _window(query)
+        if window is None:
+            self._send(400, "text/plain; charset=utf-8", b"window: expected seconds > 0\n")
+        elif path == "/":
             page = resources.files("coordinator.service").joinpath("dashboard.html")
             self._send(200, "text/html; charset=utf-8", page.read_bytes())
         elif path == "/api/state":
             self._send(200, "application/json", self.dashboard.snapshot())
+        elif path == "/api/series":
+            points = self.dashboard.series.since(time.time() - window)
+            self._send(200, "application/json", json.dumps(points).encode())
+        elif path == "/api/finished":
+            finished = self.dashboard.finished(window)
+            self._send(200, "application/json", json.dumps(finished).encode())
         elif path == "/api/events":
             events = recent_events(self.dashboard.db(), RECENT_EVENTS)
             self._send(200, "application/json", json.dumps(events).encode())
         elif path.startswith("/api/job/"):
             events = job_events(self.dashboard.db(), path.removeprefix("/api/job/"))
-            self._send(200, "application/json", json.dumps(events).encode())
+            if events:  # every job has its submit: none is a job this coordinator never had
+                self._send(200, "application/json", json.dumps(events).encode())
+            else:
+                self._send(404, "application/json", b'{"error": "unknown job id"}')
         else:
             self._send(404, "text/plain; charset=utf-8", b"not found\n")
 

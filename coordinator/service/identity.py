@@ -68,7 +68,7 @@ def ipc_peer(frame: zmq.Frame, admins: frozenset[str]) -> Peer:
     """The OS user at the other end of a Unix socket: root and the coordinator's own user
     may also act as agents (they can run anything on this machine anyway)."""
     try:
-        uid = int(frame.get("Peer-Address").rsplit(":", 3)[1])
+        uid = int(str(frame.get("Peer-Address")).rsplit(":", 3)[1])
     except (zmq.ZMQError, ValueError, IndexError):
         return NOBODY
     name = user_name(uid)
@@ -79,7 +79,7 @@ def ipc_peer(frame: zmq.Frame, admins: frozenset[str]) -> Peer:
 def curve_peer(frame: zmq.Frame, admins: frozenset[str]) -> Peer:
     """A CURVE peer by the name the ZAP handler gave its key."""
     try:
-        user_id = frame.get("User-Id")
+        user_id = str(frame.get("User-Id"))
     except zmq.ZMQError:
         return NOBODY
     if user_id.startswith(USER):

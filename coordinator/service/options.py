@@ -10,6 +10,7 @@ from pathlib import Path
 from coordinator.core.gittins import ServiceDistribution
 from coordinator.core.settings import Settings
 from coordinator.service.client import DEFAULT_ADDRESS
+from coordinator.service.retention import KEEP_FINISHED
 from coordinator.sim.data import resolve_trace
 
 #: Default cap on workers (GPUs) and on parameter servers per job.
@@ -45,15 +46,21 @@ class Options:
     #: Who runs the jobs: our node agents, or a Slurm partition (docs/slurm.md).
     executor: str = "agents"
     slurm_partition: str = "tiresias"
+    #: Seconds a finished job's checkpoints are kept (coordinator/service/retention.py).
+    keep_finished: float = KEEP_FINISHED
 
     @property
     def checkpoints(self) -> Path:
         return (self.checkpoint_root or self.state / "checkpoints").resolve()
 
     def core_settings(self) -> Settings:
-        """``settings`` seeded from ``gittins_history`` (OSError/CoreError when bad)."""
+        """``settings`` seeded from ``gittins_history`` (OSError/CoreError when bad); under
+        Slurm a start awaits its real begin (``RunBegan``: wall times, which a manual clock
+        does not follow)."""
+        awaits = self.executor == "slurm" and not self.manual_clock
+        settings = dataclasses.replace(self.settings, await_begin=awaits)
         if self.gittins_history is None:
-            return self.settings
+            return settings
         with resolve_trace(self.gittins_history).open() as f:
             samples = tuple(ServiceDistribution.parse(f).samples)
-        return dataclasses.replace(self.settings, gittins_samples=samples)
+        return dataclasses.replace(settings, gittins_samples=samples)

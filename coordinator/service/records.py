@@ -8,11 +8,18 @@ before these types existed load unchanged (``store.SCHEMA_VERSION``).
 
 from __future__ import annotations
 
+import bisect
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field, fields
+from itertools import islice
 from typing import Any
 
+from coordinator.core.model import Stop, StopReason
+from coordinator.protocol import PartOutcome, Stopping
+from tiresias_launch.contract import OWN_CHECKPOINTS
+
 #: Request fields a submit may carry (besides the owner and token the coordinator adds).
-REQUEST_FIELDS = ("argv", "workers", "ps", "horovod", "cwd", "env", "name", "key")
+REQUEST_FIELDS = ("argv", "workers", "min_workers", "ps", "horovod", "cwd", "env", "name", "key")
 
 
 @dataclass
@@ -28,29 +35,34 @@ class Request:
     env: dict[str, str] = field(default_factory=dict)
     name: str | None = None
     key: str | None = None  # the client's idempotency key: a resent submit is the same job
+    min_workers: int | None = None  # an elastic gang runs on min_workers to workers
     token: str = ""  # the job's report token (JOB_TOKEN)
+    found: str | None = None  # a job the executor found (``JobFound.ref``), not submitted
 
     @classmethod
     def from_wire(cls, d: dict[str, Any]) -> Request:
         return cls(**{f.name: d[f.name] for f in fields(cls) if d.get(f.name) is not None})
 
     def to_wire(self) -> dict[str, Any]:
-        return {k: v for k, v in asdict(self).items() if v is not None}
+        return {k: v for k, v in vars(self).items() if v is not None}  # encoded at once
 
 
 @dataclass
 class Run:
     """One start of a job (``restart``) on ``allocation``: its parts, one per node, each
     None while running, else how it ended; ``decided`` is the run's outcome as soon as one
-    part settles it, ``stopping`` why the coordinator is stopping it (preempt, kill, stop)."""
+    part settles it, ``stopping`` why the coordinator is stopping it (preempt, kill, stop),
+    ``stop`` why it stopped when that is news to the core (a failure, a node lost, a signal
+    from outside)."""
 
     restart: int
-    parts: dict[str, str | None]
+    parts: dict[str, PartOutcome | None]
     allocation: dict[str, list[int]]
     started: float  # core time
-    decided: str | None = None
-    stopping: str | None = None
+    decided: PartOutcome | None = None
+    stopping: Stopping | None = None
     ended: float | None = None  # wall time its parts really ended, as the executor knows it
+    stop: Stop | None = None
 
     def pending(self, node: str) -> bool:
         """Whether ``node``'s part has not ended yet."""
@@ -61,7 +73,14 @@ class Run:
 
     @classmethod
     def from_wire(cls, d: dict[str, Any]) -> Run:
-        return cls(**{f.name: d[f.name] for f in fields(cls) if f.name in d})
+        run = cls(**{f.name: d[f.name] for f in fields(cls) if f.name in d})
+        run.parts = {n: None if o is None else PartOutcome(o) for n, o in run.parts.items()}
+        run.decided = None if run.decided is None else PartOutcome(run.decided)
+        run.stopping = None if run.stopping is None else Stopping(run.stopping)
+        if isinstance(run.stop, dict):
+            s = run.stop
+            run.stop = Stop(StopReason(s["reason"]), s.get("code"), s.get("node"))
+        return run
 
     def to_wire(self) -> dict[str, Any]:
         return asdict(self)
@@ -89,7 +108,7 @@ class Progress:
         return cls(**{f.name: d[f.name] for f in fields(cls) if f.name in d})
 
     def to_wire(self) -> dict[str, Any]:
-        return {k: v for k, v in asdict(self).items() if v is not None}
+        return {k: v for k, v in vars(self).items() if v is not None}  # encoded at once
 
 
 @dataclass
@@ -98,7 +117,7 @@ class LastExit:
     ``restart``, when it reported one), and each process's exit code."""
 
     node: str
-    outcome: str
+    outcome: PartOutcome
     restart: int
     step: int | None
     processes: list[dict[str, Any]]  # role, task_index, code (negative: killed by a signal)
@@ -106,11 +125,28 @@ class LastExit:
 
 @dataclass
 class Lost:
-    """Work preempted without a checkpoint, to be run again."""
+    """Work preempted without a checkpoint, to be run again. For a job the runtime cannot
+    checkpoint, the latest preemption's count is ``unconfirmed`` until the next run's first
+    report says where it resumed (its own checkpoints may have kept part of the run)."""
 
     preemptions: int = 0
     steps: int = 0
     gpu_seconds: float = 0.0
+    #: {"after": restart, "step": reached, "steps": counted, "gpu_seconds": counted,
+    #: "run_gpu_seconds": the whole run's}, or None.
+    unconfirmed: dict[str, float] | None = None
+
+    def resumed_at(self, restart: int, step: int) -> None:
+        """Run ``restart`` resumed at ``step``: when the run before it was the latest
+        preemption, count the steps past ``step`` and that share of the stopped run's GPU
+        time, instead of what was counted."""
+        u, self.unconfirmed = self.unconfirmed, None
+        if u is None or u["after"] != restart - 1:
+            return
+        steps = max(0, int(u["step"]) - step)
+        share = steps / u["step"] if u["step"] else 0.0
+        self.steps += steps - int(u["steps"])
+        self.gpu_seconds += u["run_gpu_seconds"] * share - u["gpu_seconds"]
 
 
 @dataclass
@@ -151,6 +187,20 @@ class JobRecord:
             ended=d.get("ended"),
         )
 
+    def resumed_itself(self, restart: int, step: int) -> str:
+        """Run ``restart``'s first report, after a preemption, is at ``step`` > 0 and the
+        runtime restored nothing: the script resumed from its own checkpoints. Say so from
+        now on, count the lost work from the steps, and return the line for the history."""
+        why = self.checkpointable_why or ""
+        if OWN_CHECKPOINTS not in why:
+            self.checkpointable_why = (
+                f"{why.split('; ')[0]}; its first report after a restart was at step {step}, "
+                f"so {OWN_CHECKPOINTS}"
+            )
+        if self.lost is not None:
+            self.lost.resumed_at(restart, step)
+        return f"resumed from its own checkpoints at step {step}"
+
     def to_wire(self) -> dict[str, Any]:
         d = {f.name: getattr(self, f.name) for f in fields(self)}
         d["request"] = self.request.to_wire()
@@ -159,3 +209,41 @@ class JobRecord:
         d["lost"] = asdict(self.lost) if self.lost else None
         d["last_exit"] = asdict(self.last_exit) if self.last_exit else None
         return d
+
+
+def number(job_id: str) -> int:
+    """``j42`` → 42: jobs are numbered in submission order."""
+    return int(job_id[1:])
+
+
+@dataclass
+class ActiveIndex:
+    """The numbers of the active jobs, sorted, in all and per owner: a page starts after
+    its cursor by bisection."""
+
+    numbers: list[int] = field(default_factory=list)
+    by_owner: dict[str | None, list[int]] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, records: dict[str, JobRecord]) -> ActiveIndex:
+        index = cls()
+        for job_id, rec in records.items():
+            index.add(job_id, rec)
+        return index
+
+    def add(self, job_id: str, rec: JobRecord) -> None:
+        n = number(job_id)
+        bisect.insort(self.numbers, n)
+        bisect.insort(self.by_owner.setdefault(rec.request.owner, []), n)
+
+    def remove(self, job_id: str, rec: JobRecord) -> None:
+        n = number(job_id)
+        for numbers in (self.numbers, self.by_owner.get(rec.request.owner, [])):
+            i = bisect.bisect_left(numbers, n)
+            if i < len(numbers) and numbers[i] == n:
+                del numbers[i]
+
+    def after(self, after: int, user: str | None) -> Iterator[int]:
+        """Active job numbers above ``after``, in order (only ``user``'s if given)."""
+        numbers = self.numbers if user is None else self.by_owner.get(user, [])
+        return islice(numbers, bisect.bisect_right(numbers, after), None)

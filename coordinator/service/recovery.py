@@ -3,17 +3,17 @@ the scheduler, the job records and the learned PACKLIMIT history as last committ
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import secrets
 import time
 from dataclasses import dataclass
-from typing import Any
 
 from coordinator.core import events
 from coordinator.core.model import CoreError
 from coordinator.core.packlimit import PackLimit
 from coordinator.core.scheduler import Scheduler
-from coordinator.core.settings import Settings, build_scheduler, restore_scheduler
+from coordinator.core.settings import Settings, build_scheduler, restore_scheduler, snapshot
 from coordinator.service.options import Options
 from coordinator.service.records import JobRecord
 from coordinator.service.store import Store
@@ -37,9 +37,15 @@ class Clock:
         self.base += seconds
 
 
+#: Options the shell derives rather than the operator (``--executor slurm`` without
+#: ``--manual-clock`` turns on ``await_begin``): a journal from before one existed was written
+#: at its default and is upgraded to today's value instead of refused (``_upgrade``).
+DERIVED = frozenset({"await_begin"})
+
+
 def check_core_options(store: Store, opts: Options, settings: Settings) -> None:
     """Replay is exact only under the options the journal was written with: refuse a
-    restart that changes them."""
+    restart that changes them, except a derived option the journal predates."""
     gittins_history = str(opts.gittins_history) if opts.gittins_history else None
     mine = {**settings.journal_record(), "gittins_history": gittins_history}
     # options newer than the journal were at what is now their default
@@ -49,14 +55,35 @@ def check_core_options(store: Store, opts: Options, settings: Settings) -> None:
         with store.tx():
             store.set_meta("core_options", mine)
         return
+    predated: dict[str, object] = {}
     for key, value in mine.items():
         was = stored.get(key, defaults.get(key))
-        if was != value:
-            raise ValueError(
-                f"state {opts.state} was created with {key}={was!r} but this "
-                f"start asks for {value!r}; restart with the same scheduler options or "
-                f"use a new --state"
-            )
+        if was == value:
+            continue
+        if key in DERIVED and key not in stored:
+            predated[key] = value
+            continue
+        raise ValueError(
+            f"state {opts.state} was created with {key}={was!r} but this "
+            f"start asks for {value!r}; restart with the same scheduler options or "
+            f"use a new --state"
+        )
+    if predated:
+        with store.tx():  # the snapshot and the options it is under, together
+            _upgrade(store, opts, settings, predated)
+            store.set_meta("core_options", mine)
+
+
+def _upgrade(store: Store, opts: Options, settings: Settings, new: dict[str, object]) -> None:
+    """Replay the journal as it was written (``new``'s options at their defaults), then
+    snapshot that state under ``new``: later restarts replay only what ran under it."""
+    defaults = Settings().journal_record()
+    written = dataclasses.replace(settings, **{key: defaults[key] for key in new})
+    state = snapshot(load(store, opts, written).sched)
+    state["scheduler"]["config"].update(new)
+    store.save_snapshot(state)
+    changed = ", ".join(f"{key}={value!r}" for key, value in new.items())
+    log.info("state %s predates %s: replayed as written, continuing under it", opts.state, changed)
 
 
 def instance(store: Store) -> str:
@@ -106,7 +133,7 @@ def load(store: Store, opts: Options, settings: Settings, fresh: Scheduler | Non
     return Loaded(sched, records, packlimit, store.get_meta("next_job", 1), replayed)
 
 
-def submit_keys(records: dict[str, JobRecord]) -> dict[tuple[Any, str], str]:
+def submit_keys(records: dict[str, JobRecord]) -> dict[tuple[str | None, str | None], str]:
     """(owner, client key) → job id: a resent submit is answered with the same job."""
     return {
         (rec.request.owner, rec.request.key): job_id

@@ -8,29 +8,24 @@ import hmac
 import logging
 import secrets
 import time
-from collections.abc import Iterator
 from typing import Any
 
 from coordinator import protocol
 from coordinator.core import events
-from coordinator.core.explain import explain
-from coordinator.core.model import CoreError, Job, JobSpec
+from coordinator.core.model import CoreError, Job, JobSpec, JobState
+from coordinator.core.placement import packlimit_of
 from coordinator.gang import GangRequest
-from coordinator.service import access, identity
-from coordinator.service.agents import launch_frames
+from coordinator.service import access, identity, listing
 from coordinator.service.costs import measured_costs
-from coordinator.service.executor import FOUND_JOB, JobFound
+from coordinator.service.executor import JobFound
+from coordinator.service.gangs import plan_gang
 from coordinator.service.records import REQUEST_FIELDS, JobRecord, Request
-from coordinator.service.runs import plan_gang
 from coordinator.service.server import Server
-from coordinator.service.views import job_view, node_view
-from coordinator.service.why import after_restart
+from coordinator.service.views import node_view
 
 log = logging.getLogger("tiresias.coordinator")
 
-#: Most jobs in one page of ``status``/``queue``, and the page's byte budget.
-PAGE_JOBS = 500
-LIST_BUDGET = protocol.MAX_MESSAGE_BYTES // 2
+#: The byte budget of one ``logs`` reply.
 LOG_BUDGET = protocol.MAX_MESSAGE_BYTES // 4
 
 
@@ -48,7 +43,8 @@ def submit(c: Server, rid: bytes, msg: dict[str, Any]) -> dict[str, Any]:
         )
     request = Request.from_wire({k: msg[k] for k in REQUEST_FIELDS if msg.get(k) is not None})
     request.owner = owner
-    done = c.submit_keys.get((owner, request.key))
+    request.min_workers = shape.min_workers  # None for MIN == MAX: a rigid gang
+    done = _submitted(c, owner, request.key)
     if done is not None:  # a retry of a submit whose reply was lost: the same job
         return {"job_id": done, "duplicate": True}
     request.token = secrets.token_urlsafe(24)  # for the job's runtime (report)
@@ -75,7 +71,8 @@ def enqueue(
     job_id = f"j{c.next_job}"
     now = c.clock.now()
     spec = JobSpec(job_id, gpus, arrival=now, duration=duration, skew=skew,
-                   model=request.name, user=request.owner)  # fmt: skip
+                   model=request.name, user=request.owner,
+                   min_gpus=request.min_workers)  # fmt: skip
     with c.atomic():
         c.core(events.Submit(spec, now))
         c.next_job += 1
@@ -85,6 +82,7 @@ def enqueue(
             c.core(events.UpdateCheckpointable(job_id, False, now))
             rec.checkpointable, rec.checkpointable_why = False, checkpointable_why
         c.book.add(job_id, rec)
+        c.active.add(job_id, rec)
     if request.key is not None:
         c.submit_keys[(request.owner, request.key)] = job_id
     c.dirty = True
@@ -95,10 +93,10 @@ def found(c: Server, job: JobFound) -> None:
     """A job submitted to the executor's own scheduler (a plain ``sbatch``), held there:
     queued as its user's, once (its ref is its key), never checkpointed."""
     key = f"found:{job.ref}"
-    if (job.user, key) in c.submit_keys:  # offered again after a restart
+    if _submitted(c, job.user, key) is not None:  # offered again after a restart
         return
     request = Request([job.command or job.name], job.gpus, job.user, name=job.name, key=key,
-                      env={FOUND_JOB: job.ref})  # fmt: skip
+                      found=job.ref)  # fmt: skip
     why = "a plain sbatch job: Slurm requeues it from the start when it is preempted"
     try:
         job_id = enqueue(c, request, job.gpus, checkpointable_why=why)
@@ -108,9 +106,16 @@ def found(c: Server, job: JobFound) -> None:
     log.info("found %s for %s: the sbatch job %s (%d GPUs)", job_id, job.user, job.ref, job.gpus)
 
 
+def _submitted(c: Server, owner: str | None, key: str | None) -> str | None:
+    """The job an earlier submit with this client key made, active or finished."""
+    if key is None:
+        return None
+    return c.submit_keys.get((owner, key)) or c.archive.job_of_key(owner, key)
+
+
 def _check_deliverable(c: Server, request: Request) -> None:
-    """Refuse at submit a job whose launch could not reach an agent: plan it on nodes as
-    big as the largest known one, with host names as long as any, and measure."""
+    """Refuse at submit a job the executor could never launch: plan it on nodes as big as
+    the largest known one, with host names as long as any, and ask."""
     workers = request.workers
     nodes = c.executor.nodes().values()
     per_node = max((len(n.gpus) for n in nodes), default=workers)
@@ -123,18 +128,18 @@ def _check_deliverable(c: Server, request: Request) -> None:
     job_id = "j" * 12
     rec = JobRecord(f"{job_id}-{c.instance}", request, 0.0)
     gang = plan_gang(job_id, rec, allocation, 99999, hosts, lambda _: 65535, c.book.settings)
-    size = max(map(len, launch_frames(gang).values()))
-    if size > protocol.MAX_MESSAGE_BYTES:
-        raise protocol.ProtocolError(
-            f"submit: the job's command and environment make a launch of {size} bytes "
-            f"for one node, over the {protocol.MAX_MESSAGE_BYTES}-byte message limit; "
-            f"shrink the environment or arguments (pass large data in files)"
-        )
+    why = c.executor.check_launch(gang)
+    if why is not None:
+        raise protocol.ProtocolError(f"submit: {why}")
 
 
 def cancel(c: Server, rid: bytes, msg: dict[str, Any]) -> dict[str, Any]:
     job_id = msg["job_id"]
     access.owned(c, "cancel", job_id, "cancel it")
+    if job_id not in c.book.records:  # finished and archived: nothing to cancel
+        return {"job_id": job_id, "state": (c.archive.view(job_id) or {})["state"]}
+    if c.sched.job(job_id).state.finished:
+        return {"job_id": job_id, "state": c.sched.job(job_id).state.value}
     with c.atomic():
         c.act(c.core(events.Cancel(job_id, c.clock.now())))
         if c.sched.job(job_id).state.finished:  # it was not running
@@ -145,116 +150,45 @@ def cancel(c: Server, rid: bytes, msg: dict[str, Any]) -> dict[str, Any]:
 
 def status(c: Server, rid: bytes, msg: dict[str, Any]) -> dict[str, Any]:
     if msg.get("job_id"):
-        access.known(c, "status", msg["job_id"])
-        view = _views(c, [c.sched.job(msg["job_id"])], c.clock.now())[0]
-        view["packlimit"] = getattr(c.sched.placement, "packlimit", None)
-        view["history"] = c.history.of(msg["job_id"])
-        return {"job": _fit(view, LIST_BUDGET)}
-    return _listing(c, msg, history=True)
+        job_id = msg["job_id"]
+        access.known(c, "status", job_id)
+        stored = None if job_id in c.book.records else c.archive.view(job_id)
+        if stored is not None:  # finished: as the archive keeps it
+            view = listing.stored_view(c, stored)
+        else:
+            view = listing.views(c, [c.sched.job(job_id)], c.clock.now())[0]
+        view["packlimit"] = packlimit_of(c.sched.placement)
+        view["history"] = c.history.of(job_id)
+        return {"job": listing.fit(view)}
+    return listing.listing(c, msg, history=True)
 
 
 def queue(c: Server, rid: bytes, msg: dict[str, Any]) -> dict[str, Any]:
-    return _listing(c, msg, history=False)
-
-
-def _listing(c: Server, msg: dict[str, Any], history: bool) -> dict[str, Any]:
-    """One page of jobs in submission order: active ones, plus (``history``) finished ones
-    when asked (``all``, or those that ended at or after ``since``, wall clock), only
-    ``user``'s if given, after the job ``after``. A page stops at ``limit`` jobs or at the
-    reply's byte budget; ``next`` is the cursor for the following page."""
-    limit = min(msg.get("limit") or PAGE_JOBS, PAGE_JOBS)
-    since = msg.get("since")
-    everything = history and bool(msg.get("all"))
-    user = msg.get("user")
-    chosen: list[Job] = []
-    more = False
-    for job_id, rec in _records_after(c, msg.get("after")):
-        if user is not None and rec.request.owner != user:
-            continue
-        job = c.sched.job(job_id)
-        ended = rec.ended if rec.ended is not None else rec.submitted
-        if job.state.finished and not (
-            everything or (history and since is not None and ended >= since)
-        ):
-            continue
-        if len(chosen) == limit:
-            more = True
-            break
-        chosen.append(job)
-    views, used = [], 0
-    for view in _views(c, chosen, c.clock.now()):
-        view = _fit(view, LIST_BUDGET // 4)
-        size = len(protocol.encode("ok", job=view))
-        if views and used + size > LIST_BUDGET:
-            more = True
-            break
-        views.append(view)
-        used += size
-    return {"jobs": views, "next": views[-1]["job_id"] if more and views else None}
-
-
-def _records_after(c: Server, after: str | None) -> Iterator[tuple[str, JobRecord]]:
-    """Job records in submission order, starting after job ``after`` (None: the first)."""
-    records = iter(c.book.records.items())
-    if after is not None:
-        access.known(c, "status", after)
-        for job_id, _ in records:
-            if job_id == after:
-                break
-    yield from records
-
-
-def _views(c: Server, jobs: list[Job], now: float) -> list[dict[str, Any]]:
-    active = sorted(
-        (j for j in c.sched.jobs() if not j.state.finished),
-        key=lambda j: c.sched.policy.key(j, now),
-    )
-    ranks = {j.job_id: i for i, j in enumerate(active, 1)}
-    shown = {j.job_id for j in jobs}
-    pending = explain(c.sched, now, lambda job, _: job.job_id in shown)
-    views = []
-    for j in jobs:
-        rec = c.book.records[j.job_id]
-        view = job_view(j, rec, now, ranks.get(j.job_id))
-        view["pending"] = pending[j.job_id].to_dict() if j.job_id in pending else None
-        if view["pending"] and c.unconfirmed:
-            view["pending"] = after_restart(view["pending"], c.unconfirmed, c.opts)
-        if not access.may_manage(c, rec):
-            view["log_tail"] = None  # log content is the owner's
-        views.append(view)
-    return views
-
-
-def _fit(view: dict[str, Any], budget: int) -> dict[str, Any]:
-    """A job view within ``budget`` bytes: a huge command line or log tail is cut short."""
-    if len(protocol.encode("ok", job=view)) <= budget:
-        return view
-    argv = view["argv"]
-    return {
-        **view,
-        "argv": [a[:200] for a in argv[:8]] + (["…"] if len(argv) > 8 else []),
-        "log_tail": (view.get("log_tail") or "")[-2048:],
-    }
+    if msg.get("heads") is not None:
+        return listing.first_screen(c, msg)
+    return listing.listing(c, msg, history=False)
 
 
 def nodes(c: Server, rid: bytes, msg: dict[str, Any]) -> dict[str, Any]:
-    used: dict[str, dict[int, str]] = {}
-    for job in c.sched.jobs():
-        if job.allocation is not None and not job.state.finished:
-            for node, gpus in job.allocation.gpus:
-                used.setdefault(node, {}).update(dict.fromkeys(gpus, job.job_id))
-    known = c.executor.nodes()
+    known, drained = c.executor.nodes(), c.sched.drained()
     views = []
     for name in sorted(c.sched.free_gpus()):
         info = known.get(name)
+        used: dict[int, str] = {}  # from the jobs run there, not a walk of every job
+        for job_id in c.book.jobs_on(name):
+            held = c.sched.job(job_id).allocation
+            for node, gpus in held.gpus if held is not None else ():
+                if node == name:
+                    used.update(dict.fromkeys(gpus, job_id))
         views.append(
             node_view(
                 name,
                 info.host if info else None,
                 list(info.gpus) if info else [],
-                used.get(name, {}),
+                used,
                 info.silent_for if info else None,
                 info is not None and info.connected,
+                name in drained,
             )
         )
     return {"nodes": views, "now": c.clock.now()}
@@ -276,8 +210,7 @@ def logs(c: Server, rid: bytes, msg: dict[str, Any]) -> None:
     job_id = msg["job_id"]
     rec = access.owned(c, "logs", job_id, "read its logs")
     offsets = msg.get("offsets") or {}
-    connected = {n for n, info in c.executor.nodes().items() if info.connected}
-    nodes = [n for n in rec.nodes_ever if n in connected]
+    nodes = [n for n in rec.nodes_ever if (info := c.executor.node(n)) and info.connected]
     # the whole answer must fit one message: split a byte budget over the nodes (and each
     # agent over its files), with room for decoding and framing
     budget = min(msg.get("limit") or LOG_BUDGET, LOG_BUDGET)
@@ -302,9 +235,15 @@ def report(c: Server, rid: bytes, msg: dict[str, Any]) -> None:
             f"report: {c.peer.describe()} may not report on job {job_id} (it is not the owner "
             f"and has not the job's token)"
         )
+    if job_id not in c.book.records:  # the last report of a finished job: nothing to do
+        return
     progress = rec.progress
     if progress.restart != msg.get("restart"):  # a new run: its own facts only
         progress.step = None
+    # the run's first steps: where they began (a restart the runtime did not restore, past
+    # step 0, resumed from the script's own checkpoints)
+    began = (msg.get("step") or 0) - (msg.get("iterations") or 0)
+    first_steps = not progress.step and msg.get("iterations") and began > 0
     for k in ("step", "iterations", "iter_time", "gpu_time", "checkpoint", "warmup"):
         if msg.get(k) is not None:
             setattr(progress, k, msg[k])
@@ -318,6 +257,19 @@ def report(c: Server, rid: bytes, msg: dict[str, Any]) -> None:
             c.core(events.UpdateCheckpointable(job_id, said, c.clock.now()))
             c.book.ledger.save(job_id)
         c.dirty = True
+    if first_steps and chief and msg.get("restart") and rec.checkpointable is False:
+        with c.atomic():
+            c.history.note(
+                job_id, c.clock.now(), "runtime", rec.resumed_itself(msg["restart"], began)
+            )
+            c.book.ledger.save(job_id)
+    if msg.get("notice") and chief:
+        with c.atomic():
+            c.history.note(job_id, c.clock.now(), "runtime", msg["notice"])
+    if msg.get("resizable") is False and chief:
+        _pin(c, job_id, rec, msg.get("restart"))
+    elif msg.get("resizable") and chief:
+        _release(c, job_id, rec, msg.get("restart"))
     costs = measured_costs(msg, c.sched.job(job_id))
     if costs is not None:
         with c.atomic():
@@ -333,6 +285,49 @@ def report(c: Server, rid: bytes, msg: dict[str, Any]) -> None:
             c.book.ledger.save(job_id)
     else:
         c.progress_dirty.add(job_id)
+
+
+def _current_elastic_run(c: Server, job_id: str, rec: JobRecord, restart: int | None) -> Job | None:
+    """The core's job when it is elastic, running, and run ``restart`` is its current one
+    (what a runtime says of an earlier run is about a run that is gone); else None."""
+    run, job = rec.run, c.sched.job(job_id)
+    if rec.request.min_workers is None or run is None or run.restart != restart:
+        return None
+    return job if job.state is JobState.RUNNING else None
+
+
+def _pin(c: Server, job_id: str, rec: JobRecord, restart: int | None) -> None:
+    """The runtime of an elastic job's run ``restart`` cannot keep its global batch at
+    another size: while that run is the current one, its range becomes the size it runs at
+    (the core resizes it no more, the planner gives it no TIRESIAS_MAX_WORKERS), and its
+    history says so."""
+    request, job = rec.request, _current_elastic_run(c, job_id, rec, restart)
+    if job is None:
+        return
+    asked, size = f"{request.min_workers}:{request.workers}", job.gpus
+    with c.atomic():
+        c.core(events.Pin(job_id, c.clock.now()))
+        request.workers, request.min_workers = size, None
+        c.book.ledger.save(job_id)
+        why = "its script cannot keep its global batch at another size"
+        text = f"pinned to {size} GPUs ({asked} asked): {why}"
+        c.history.note(job_id, c.clock.now(), "resized", text)
+    c.dirty = True
+
+
+def _release(c: Server, job_id: str, rec: JobRecord, restart: int | None) -> None:
+    """The runtime of an elastic job's run ``restart`` keeps its global batch at another
+    size: while that run is the current one, the core may resize it within its range (held at
+    the size of its first run until then: ``Job.hold``), and its history says so once."""
+    request, job = rec.request, _current_elastic_run(c, job_id, rec, restart)
+    if job is None or job.resizable:
+        return
+    asked = f"{request.min_workers} to {request.workers}"
+    with c.atomic():
+        c.core(events.Release(job_id, c.clock.now()))
+        text = f"its runtime keeps the global batch: resized within {asked} GPUs from now on"
+        c.history.note(job_id, c.clock.now(), "runtime", text)
+    c.dirty = True
 
 
 CLIENT_HANDLERS = {

@@ -19,29 +19,30 @@ import json
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Protocol
 
 from coordinator.core import events
-from coordinator.core.model import Decision, ExitOutcome, JobState, Kill, Node, Preempt, Start
+from coordinator.core.model import (
+    Decision,
+    JobState,
+    Kill,
+    Node,
+    Preempt,
+    Start,
+)
 from coordinator.core.packlimit import PACKED, SPREAD, PackLimit
+from coordinator.core.placement import PackLimited
 from coordinator.core.scheduler import Scheduler
-from coordinator.gang import GangRequest, plan
-from coordinator.protocol import PartOutcome
-from coordinator.service.agent import SETTLE
+from coordinator.protocol import PartOutcome, Stopping
 from coordinator.service.commands import Command, Forget, KillParts, LaunchGang, Signal
-from coordinator.service.executor import FOUND_JOB, Gang, ProcessLaunch
+from coordinator.service.executor import SETTLE
+from coordinator.service.gangs import RunSettings, plan_gang
 from coordinator.service.metrics import Metrics
 from coordinator.service.records import JobRecord, LastExit, Lost, Run
-from tiresias_launch.contract import EXIT_CHECKPOINTED, JOB_TOKEN, PREEMPT_SIGNAL
+from coordinator.service.settle import SETTLING, part_stop, run_outcome
+from tiresias_launch.contract import EXIT_CHECKPOINTED, OWN_CHECKPOINTS
 
 log = logging.getLogger("tiresias.coordinator")
-
-#: A part whose node is gone or no longer has it: the run book's own outcome, beside the
-#: executors' ``PartOutcome``.
-LOST = "lost"
-#: Part outcomes that settle a run unless a failure did.
-SETTLING = (PartOutcome.COMPLETED, PartOutcome.CHECKPOINTED, PartOutcome.PREEMPTED, LOST)
 
 
 @dataclass(frozen=True)
@@ -70,46 +71,6 @@ class Ledger(Protocol):
         """Audit one decision acted upon."""
 
 
-@dataclass(frozen=True)
-class RunSettings:
-    grace: float
-    preempt_signal: str
-    heartbeat_timeout: float
-    checkpoints: Path
-
-
-def plan_gang(
-    job_id: str,
-    rec: JobRecord,
-    allocation: Mapping[str, list[int]],
-    restart: int,
-    hosts: Mapping[str, str],
-    port: Callable[[str], int],
-    settings: RunSettings,
-) -> Gang:
-    """One (re)start of a job: every process on every node of ``allocation``."""
-    req = rec.request
-    specs = plan(
-        GangRequest(tuple(req.argv), req.workers, req.ps, req.horovod),
-        job_id,
-        allocation,
-        None,
-        settings.checkpoints,
-        restart,
-        port,
-        hosts=hosts,
-        job_key=rec.key,
-    )
-    parts: dict[str, list[ProcessLaunch]] = {}
-    extra = {PREEMPT_SIGNAL: settings.preempt_signal, JOB_TOKEN: req.token}
-    for s in specs:
-        env = {**req.env, **s.env, **extra}
-        parts.setdefault(s.node, []).append(
-            ProcessLaunch(s.role, s.task_index, tuple(s.argv), env, tuple(s.gpus), req.cwd)
-        )
-    return Gang(job_id, rec.key, restart, req.owner or "", settings.grace, parts)
-
-
 @dataclass
 class RunBook:
     sched: Scheduler
@@ -117,8 +78,14 @@ class RunBook:
     settings: RunSettings
     packlimit: PackLimit
     metrics: Metrics
-    #: Job records in submission order (j1, j2, …): listings page through it.
+    #: Records of the active jobs, in submission order (j1, j2, …); finished jobs' are
+    #: archived (``archive.py``).
     records: dict[str, JobRecord] = field(default_factory=dict)
+    #: Jobs finished for good since the last pass, to be archived after it.
+    ended: list[str] = field(default_factory=list)
+    #: node → the jobs whose current run has (or had) a part there: what a node event
+    #: reads (built from the records at the first, kept up to date by starts and ends).
+    on_node: dict[str, set[str]] | None = None
     commands: list[Command] = field(default_factory=list)
     #: job → monotonic time by which its stopped run must be gone (then killed again).
     deadlines: dict[str, float] = field(default_factory=dict)
@@ -142,9 +109,9 @@ class RunBook:
                 self.start(d, when, hosts, port)
             elif isinstance(d, Preempt):
                 self.metrics.preemptions.inc()
-                self.stop(d.job_id, "preempt", when)
+                self.stop(d.job_id, Stopping.PREEMPT, when)
             elif isinstance(d, Kill):
-                self.stop(d.job_id, "kill", when)
+                self.stop(d.job_id, Stopping.KILL, when)
 
     def start(
         self, d: Start, when: When, hosts: Mapping[str, str], port: Callable[[str], int]
@@ -154,13 +121,14 @@ class RunBook:
         allocation = d.allocation.to_wire()
         gang = plan_gang(d.job_id, rec, allocation, restart, hosts, port, self.settings)
         rec.run = Run(restart, dict.fromkeys(gang.parts), allocation, when.now)
+        self._index(d.job_id, rec.run, add=True)
         rec.nodes_ever = sorted({*rec.nodes_ever, *gang.parts})
         self.ledger.save(d.job_id)
         self.metrics.starts.inc()
         self.commands.append(LaunchGang(gang))
         log.info("start %s (restart %d) on %s", d.job_id, restart, allocation)
 
-    def stop(self, job_id: str, why: str, when: When) -> None:
+    def stop(self, job_id: str, why: Stopping, when: When) -> None:
         """Preempt (signal, then SIGKILL after the grace) or kill the job's current run."""
         run = self.records[job_id].run
         if run is None:
@@ -168,7 +136,7 @@ class RunBook:
         run.stopping = run.stopping or why
         self.ledger.save(job_id)
         nodes = tuple(run.running_nodes())
-        if why == "preempt":
+        if why == Stopping.PREEMPT:
             s = self.settings
             self.commands.append(Signal(job_id, run.restart, nodes, s.preempt_signal, s.grace))
             grace = s.grace
@@ -197,18 +165,19 @@ class RunBook:
 
     def began(self, job_id: str, restart: int, wall: float, when: When) -> None:
         """The executor saw the current run really start at wall time ``wall``, after the
-        launch (Slurm starts a released job on its next pass): the core serves it from then."""
+        launch (Slurm starts a released job on its next pass): the core serves it from then
+        (an awaited run too when Slurm's whole second is before the launch)."""
         rec = self.records.get(job_id)
         run = rec.run if rec is not None else None
         at = core_time(wall, when)
-        if run is not None and run.restart == restart and not run.stopping and at > run.started:
+        if run is not None and run.restart == restart and not run.stopping:
             self.ledger.core(events.Began(job_id, at, when.now))
 
     def part_ended(
         self,
         job_id: str,
         node: str,
-        outcome: str,
+        outcome: PartOutcome,
         processes: list[Mapping[str, Any]],
         when: When,
         ended: float | None = None,
@@ -232,6 +201,7 @@ class RunBook:
             )
         if outcome == PartOutcome.FAILED and run.decided != PartOutcome.FAILED:
             run.decided = PartOutcome.FAILED
+            run.stop = part_stop(outcome, node, processes, run.stopping)  # the first failure
             if failing:
                 rec.exit_code = failing[0]["code"]
                 rec.log_tail = failing[0].get("log_tail") or ""
@@ -240,9 +210,11 @@ class RunBook:
             or (run.decided, outcome) == (PartOutcome.PREEMPTED, PartOutcome.CHECKPOINTED)
         ):
             run.decided = outcome  # the chief's checkpoint counts, however peers ended
+        if run.stop is None:
+            run.stop = part_stop(outcome, node, processes, run.stopping)
         pending = tuple(run.running_nodes())
         if run.decided is not None and pending and run.stopping is None:
-            run.stopping = "stop"  # the others cannot go on without this part
+            run.stopping = Stopping.STOP  # the others cannot go on without this part
             # after a completion, peers get a moment to finish on their own
             settle = SETTLE if run.decided == PartOutcome.COMPLETED else 0.0
             self.commands.append(KillParts(job_id, run.restart, pending, settle))
@@ -257,9 +229,10 @@ class RunBook:
         if run.decided == PartOutcome.PREEMPTED:
             self._count_lost_work(job_id, run, when)
         rec.run = None
+        self._index(job_id, run, add=False)
         self.deadlines.pop(job_id, None)
         ended = None if run.ended is None else core_time(run.ended, when)
-        self.ledger.core(events.Exited(job_id, when.now, outcome, ended))
+        self.ledger.core(events.Exited(job_id, when.now, outcome, ended, run.stop))
         state = self.sched.job(job_id).state
         if state.finished:
             self.finished(job_id, when)
@@ -267,9 +240,10 @@ class RunBook:
             rec.exit_code = 0
         elif state is JobState.CANCELLED and rec.exit_code is None:
             rec.exit_code = 130
-        log.info(
-            "job %s restart %d ended: %s → %s", job_id, run.restart, outcome.value, state.value
-        )
+        # what happened to the processes, not what the core was told (a cancel's kill is
+        # "checkpointed" to the core: the job resumes from its last checkpoint, if ever)
+        happened = run.decided or (PartOutcome.KILLED if run.stopping == Stopping.KILL else outcome)
+        log.info("job %s restart %d ended: %s → %s", job_id, run.restart, happened, state.value)
         self.changed = True
 
     def _count_lost_work(self, job_id: str, run: Run, when: When) -> None:
@@ -282,15 +256,25 @@ class RunBook:
             began = (progress.warmup or {}).get("step") or 0
         else:  # no report from this run: it never got going
             step = began = 0
-        saved = 0 if rec.checkpointable is False else began
+        # a job that keeps its own checkpoints resumes from them: not known to lose any
+        own = rec.checkpointable is False and OWN_CHECKPOINTS in (rec.checkpointable_why or "")
+        saved = step if own else (0 if rec.checkpointable is False else began)
         saved = max(saved, (progress.checkpoint or {}).get("step") or 0)
         job = self.sched.job(job_id)
         seconds = max(0.0, (job.wait_since or when.now) - run.started)
         share = 1.0 if step <= began else min(1.0, max(0, step - saved) / (step - began))
+        share = 0.0 if own else share
         lost = rec.lost = rec.lost or Lost()
         lost.preemptions += 1
         lost.steps += max(0, step - saved)
         lost.gpu_seconds += job.gpus * seconds * share
+        if rec.checkpointable is False:  # its next run's first report says what it kept
+            counted = {"steps": max(0, step - saved), "gpu_seconds": job.gpus * seconds * share}
+            lost.unconfirmed = {
+                "after": run.restart,
+                "step": step,
+                "run_gpu_seconds": job.gpus * seconds,
+            } | counted
         self.metrics.lost_gpu_seconds.inc(job.gpus * seconds * share)
 
     def _learn_packlimit(self, job_id: str, run: Run) -> None:
@@ -303,7 +287,7 @@ class RunBook:
             or not iter_time
             or not rec.progress.of(run.restart)
             or sum(map(len, run.allocation.values())) < 2
-            or not hasattr(self.sched.placement, "packlimit")
+            or not isinstance(self.sched.placement, PackLimited)
         ):
             return
         placement = PACKED if len(run.allocation) == 1 else SPREAD
@@ -320,7 +304,17 @@ class RunBook:
         lost, survivors elsewhere are killed, each job resumes once all its parts are gone."""
         if node in self.sched.free_gpus():
             self.ledger.core(events.NodeDown(node, when.now))
-        self._lose_parts(node, set(), when)
+        self._lose_parts(node, {}, when)
+        self.changed = True
+
+    def node_drained(self, node: str, drained: bool, why: str, when: When) -> None:
+        """The node keeps its running parts but takes no new ones (``drained``), or takes
+        them again: the core places nothing there meanwhile."""
+        if node not in self.sched.free_gpus() or drained == (node in self.sched.drained()):
+            return
+        self.ledger.core(events.NodeDrain(node, drained, when.now))
+        log.info("node %s %s%s", node, "takes no new jobs" if drained else "takes jobs again",
+                 f": {why}" if why else "")  # fmt: skip
         self.changed = True
 
     def node_up(self, node: str, gpus: list[int], running: Mapping[str, int], when: When) -> None:
@@ -333,6 +327,8 @@ class RunBook:
             known = False
         if not known:
             self.ledger.core(events.NodeUp(Node(node, tuple(gpus)), when.now))
+        elif node in self.sched.drained():  # it takes jobs until the executor says otherwise
+            self.ledger.core(events.NodeDrain(node, False, when.now))
         self.reconcile(node, running, when)
         self.changed = True
 
@@ -348,13 +344,44 @@ class RunBook:
                     restart,
                 )
                 self.commands.append(KillParts(job_id, restart, (node,)))
-        self._lose_parts(node, set(running), when)
+        self._lose_parts(node, running, when)
 
-    def _lose_parts(self, node: str, keep: set[str], when: When) -> None:
-        for job_id, rec in self.records.items():
-            if rec.run is not None and rec.run.pending(node) and job_id not in keep:
+    def _lose_parts(self, node: str, running: Mapping[str, int], when: When) -> None:
+        """Lose the parts we believe run on ``node`` that it does not run: their job is not
+        in ``running``, or runs there at another restart (a launch sent to a connection
+        that went away, while an older run of the job was still there)."""
+        for job_id in sorted(self.jobs_on(node), key=lambda j: (len(j), j)):  # j2 < j10
+            run = self.records[job_id].run
+            if run is not None and run.pending(node) and running.get(job_id) != run.restart:
                 log.warning("node %s no longer runs %s; it is lost", node, job_id)
-                self.part_ended(job_id, node, LOST, [], when)
+                self.part_ended(job_id, node, PartOutcome.LOST, [], when)
+
+    def jobs_on(self, node: str) -> set[str]:
+        """The jobs whose current run has a part on ``node`` (the index built at the first
+        node event or query, from the records)."""
+        if self.on_node is None:
+            self.on_node = {}
+            for job_id, rec in self.records.items():
+                self._index(job_id, rec.run, add=True)
+        return self.on_node.get(node, set())
+
+    def held(self) -> set[str]:
+        """The jobs with a current run (running or stopping): as many as the GPUs allow,
+        however many wait."""
+        self.jobs_on("")  # builds the index
+        assert self.on_node is not None
+        return set().union(*self.on_node.values())
+
+    def _index(self, job_id: str, run: Run | None, add: bool) -> None:
+        """Add or remove ``job_id`` under the nodes of its ``run`` (once ``on_node`` is built)."""
+        if run is None or self.on_node is None:
+            return
+        for node in run.parts:
+            jobs = self.on_node.setdefault(node, set())
+            if add:
+                jobs.add(job_id)
+            else:
+                jobs.discard(job_id)
 
     # --- submit and end -----------------------------------------------------------------
     def add(self, job_id: str, rec: JobRecord) -> None:
@@ -371,22 +398,10 @@ class RunBook:
         while it had none)."""
         self.records[job_id].ended = when.wall
         self.ledger.save(job_id)
-        self.commands.append(Forget(job_id, self.records[job_id].request.env.get(FOUND_JOB)))
+        self.ended.append(job_id)
+        self.commands.append(Forget(job_id, self.records[job_id].request.found))
 
 
 def core_time(wall: float, when: When) -> float:
     """The core time of an earlier wall-clock moment (an executor's fact), at most now."""
     return when.now - max(0.0, when.wall - wall)
-
-
-def run_outcome(run: Run) -> ExitOutcome:
-    """What the core is told when every part of ``run`` has ended."""
-    decided = run.decided
-    if decided in (PartOutcome.FAILED, PartOutcome.COMPLETED):
-        return ExitOutcome(decided)
-    if decided == LOST:
-        return ExitOutcome.LOST
-    stopped = run.stopping in ("preempt", "kill")
-    if decided in (PartOutcome.CHECKPOINTED, PartOutcome.PREEMPTED) or stopped:
-        return ExitOutcome.CHECKPOINTED  # resumed from its last checkpoint, if any
-    return ExitOutcome.LOST

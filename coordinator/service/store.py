@@ -36,8 +36,9 @@ CREATE TABLE IF NOT EXISTS decisions (n INTEGER PRIMARY KEY AUTOINCREMENT, time 
 """
 
 #: The layout of the state database. 1: before it was recorded (the same tables and record
-#: maps); a state written by a newer coordinator is refused, never half-read.
-SCHEMA_VERSION = 2
+#: maps); 3: finished jobs' records move to the ``finished`` table (``archive.py``). A state
+#: written by a newer coordinator is refused, never half-read.
+SCHEMA_VERSION = 3
 
 
 def private(path: Path) -> None:
@@ -51,12 +52,31 @@ def private(path: Path) -> None:
             p.chmod(0o600)
 
 
-def _pack(value: Any) -> bytes:
-    return msgpack.packb(value, use_bin_type=True)
+def pack(value: Any) -> bytes:
+    """A value as the state database stores it (msgpack; the journal, records, archive)."""
+    packed: bytes = msgpack.packb(value, use_bin_type=True)
+    return packed
 
 
-def _unpack(blob: bytes) -> Any:
+def unpack(blob: bytes) -> Any:
     return msgpack.unpackb(blob, raw=False, strict_map_key=False)
+
+
+def finished_before(db: sqlite3.Connection, wall: float) -> list[str]:
+    """Storage keys of the jobs that finished before ``wall`` (wall clock), read on any
+    connection to a state database (retention reads through its own): the records of the
+    ``jobs`` table, and of a ``finished`` table where finished jobs are archived."""
+    tables = {name for (name,) in db.execute("SELECT name FROM sqlite_master")}
+    queries: list[tuple[str, tuple[float, ...]]] = [("SELECT record FROM jobs", ())]
+    if "finished" in tables:
+        queries.append(("SELECT record FROM finished WHERE ended < ?", (wall,)))
+    keys = []
+    for query, args in queries:
+        for (blob,) in db.execute(query, args):
+            record = unpack(blob)
+            if record.get("ended") is not None and record["ended"] < wall:
+                keys.append(record["key"])
+    return keys
 
 
 class Store:
@@ -125,13 +145,13 @@ class Store:
     def append(self, kind: str, args: dict[str, Any]) -> None:
         self.seq += 1
         self.since_snapshot += 1
-        self.db.execute("INSERT INTO journal VALUES (?, ?)", (self.seq, _pack([kind, args])))
+        self.db.execute("INSERT INTO journal VALUES (?, ?)", (self.seq, pack([kind, args])))
 
     def save_snapshot(self, state: dict[str, Any]) -> None:
         """Replace the snapshot and drop the journal it covers."""
         with self.tx():
             self.db.execute(
-                "INSERT OR REPLACE INTO snapshot VALUES (1, ?, ?)", (self.seq, _pack(state))
+                "INSERT OR REPLACE INTO snapshot VALUES (1, ?, ?)", (self.seq, pack(state))
             )
             self.db.execute("DELETE FROM journal WHERE seq <= ?", (self.seq,))
         self.since_snapshot = 0
@@ -148,13 +168,13 @@ class Store:
         snap = self.db.execute("SELECT seq, state FROM snapshot").fetchone()
         start = snap[0] if snap else 0
         events = [
-            tuple(_unpack(blob))
+            tuple(unpack(blob))
             for (blob,) in self.db.execute(
                 "SELECT event FROM journal WHERE seq > ? ORDER BY seq", (start,)
             )
         ]
         self.since_snapshot = len(events)
-        return (_unpack(snap[1]) if snap else None), events  # type: ignore[return-value]
+        return (unpack(snap[1]) if snap else None), events
 
     def log_decision(self, now: float, kind: str, job_id: str, allocation: str | None) -> None:
         """Audit trail of every decision acted upon, in order (never replayed)."""
@@ -185,19 +205,22 @@ class Store:
     # --- service records --------------------------------------------------------------
     def put_job(self, job_id: str, record: dict[str, Any]) -> None:
         self.db.execute(
-            "INSERT OR REPLACE INTO jobs VALUES (?, ?, ?)", (job_id, self.seq, _pack(record))
+            "INSERT OR REPLACE INTO jobs VALUES (?, ?, ?)", (job_id, self.seq, pack(record))
         )
+
+    def drop_job(self, job_id: str) -> None:
+        self.db.execute("DELETE FROM jobs WHERE job_id = ?", (job_id,))
 
     def jobs(self) -> Iterator[tuple[str, dict[str, Any]]]:
         for job_id, blob in self.db.execute("SELECT job_id, record FROM jobs ORDER BY rowid"):
-            yield job_id, _unpack(blob)
+            yield job_id, unpack(blob)
 
     def get_meta(self, key: str, default: Any = None) -> Any:
         row = self.db.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
-        return _unpack(row[0]) if row else default
+        return unpack(row[0]) if row else default
 
     def set_meta(self, key: str, value: Any) -> None:
-        self.db.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (key, _pack(value)))
+        self.db.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (key, pack(value)))
 
     def close(self) -> None:
         self.db.close()

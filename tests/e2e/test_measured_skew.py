@@ -16,7 +16,7 @@ SCRIPT = Path(__file__).resolve().parent / "scripts" / "plain_ps_loop.py"
 
 @pytest.mark.tf
 def test_a_ps_job_without_tensor_sizes_is_placed_by_its_measured_traffic(tmp_path: Path) -> None:
-    run = launch(tmp_path, None, "--ps", "2", "--workers", "1", str(SCRIPT))
+    run = launch(tmp_path, (), "--ps", "2", "--workers", "1", str(SCRIPT))
     try:
         # 3 MB of weights and gradients a step on ps0 for every 1 MB on ps1, plus TF's small
         # control messages; the first measurements, of the start-up traffic alone, differ

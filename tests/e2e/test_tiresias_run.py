@@ -26,7 +26,7 @@ import random
 import re
 import subprocess
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -54,7 +54,8 @@ class EmbeddedRun:
     """One ``tiresias-run`` process with its embedded coordinator's address and state."""
 
     proc: subprocess.Popen[bytes]
-    hold_at: int
+    #: The step each run holds at, the r-th in the run after r preemptions (none: never).
+    hold_at: tuple[int, ...]
     address: str
     state: Path
     out: Path
@@ -82,14 +83,15 @@ StartRun = Callable[..., EmbeddedRun]
 
 
 def launch(
-    workdir: Path, hold_at: int | None, *job: str, env: dict[str, str] | None = None
+    workdir: Path, hold_at: Sequence[int], *job: str, env: dict[str, str] | None = None
 ) -> EmbeddedRun:
     """``tiresias-run [scheduler options] *job`` in ``workdir`` (state in ``workdir/state``),
-    holding at step ``hold_at`` (None: never), with its output in files."""
+    its run after r preemptions holding at step ``hold_at[r]`` (empty: never), with its
+    output in files."""
     state = workdir / "state"
     address = f"ipc://{state}/coordinator.sock"
     out, err = workdir / "tiresias-run.out", workdir / "tiresias-run.err"
-    hold = {} if hold_at is None else {"TIRESIAS_HOLD_AT_STEP": str(hold_at)}
+    hold = {"TIRESIAS_HOLD_AT_STEP": ",".join(map(str, hold_at))}
     with out.open("wb") as stdout, err.open("wb") as stderr:
         proc = subprocess.Popen(
             [
@@ -118,7 +120,7 @@ def launch(
             },
         )
     client = Client(address, None, timeout=30)  # four TensorFlow imports may load the box
-    return EmbeddedRun(proc, hold_at or 0, address, state, out, err, client)
+    return EmbeddedRun(proc, tuple(hold_at), address, state, out, err, client)
 
 
 def stop(run: EmbeddedRun) -> None:
@@ -134,7 +136,7 @@ def embedded_run(tmp_path: Path) -> Iterator[StartRun]:
     runs: list[EmbeddedRun] = []
 
     def start(hold_at: int, *job: str) -> EmbeddedRun:
-        runs.append(launch(tmp_path, hold_at, *job))
+        runs.append(launch(tmp_path, (hold_at,), *job))
         return runs[-1]
 
     yield start
@@ -142,15 +144,16 @@ def embedded_run(tmp_path: Path) -> Iterator[StartRun]:
         stop(run)
 
 
-def preempt_with_a_short_job(run: EmbeddedRun) -> None:
-    """Once the job holds at its step and is in Q2, submit a one-GPU job that lands in Q1:
-    the scheduler preempts the TensorFlow job to run it."""
+def preempt_with_a_short_job(run: EmbeddedRun, preempted: int = 0) -> None:
+    """Once the job's run after ``preempted`` preemptions holds at its step and the job is in
+    Q2, submit a one-GPU job that lands in Q1: the scheduler preempts the job to run it."""
+    step = run.hold_at[preempted]
 
     def demoted_and_holding() -> bool:
-        return HOLDING.format(run.hold_at) in run.log() and run.job()["queue"] == 1
+        return HOLDING.format(step) in run.log() and run.job()["queue"] == 1
 
     try:
-        wait_until(demoted_and_holding, 180, f"the job to hold at step {run.hold_at} in Q2")
+        wait_until(demoted_and_holding, 180, f"the job to hold at step {step} in Q2")
     except AssertionError as e:
         raise AssertionError(f"{e}\n{run.diagnostics()}") from None
     submitted = subprocess.run(
@@ -190,20 +193,22 @@ def finish(run: EmbeddedRun) -> None:
     assert "done after 3 steps" in run.log("j2"), run.diagnostics()
 
 
-def runs_of(log: str) -> list[str]:
-    """A process log split into its runs (the agent writes a header before each start)."""
+def runs_of(log: str, runs: int = 2) -> list[str]:
+    """A process log split into its ``runs`` runs (the agent writes a header before each
+    start)."""
     parts = re.split(rf"^=== {JOB} restart (\d+) on local ===\n", log, flags=re.MULTILINE)
-    assert [int(r) for r in parts[1::2]] == [0, 1], f"expected two runs:\n{log[-3000:]}"
+    restarts = [int(r) for r in parts[1::2]]
+    assert restarts == list(range(runs)), f"expected {runs} runs:\n{log[-3000:]}"
     return parts[2::2]
 
 
 def checkpoint_step(run: EmbeddedRun) -> int:
-    """The step of the job's only checkpoint: the one it held at until preempted."""
-    ckpts = sorted((run.state / "checkpoints").glob(f"{JOB}-*/ckpt-*"))
-    assert len(ckpts) == 1, f"expected one checkpoint, found {ckpts}\n{run.diagnostics()}"
-    manifest = json.loads((ckpts[0] / "MANIFEST.json").read_text())
-    assert int(manifest["step"]) == run.hold_at, run.diagnostics()
-    return run.hold_at
+    """The step of the job's last checkpoint. It has one per hold, each at the step it held
+    at until preempted, and no other."""
+    ckpts = (run.state / "checkpoints").glob(f"{JOB}-*/ckpt-*")
+    steps = sorted(int(json.loads((c / "MANIFEST.json").read_text())["step"]) for c in ckpts)
+    assert steps == list(run.hold_at), f"checkpoints at {steps}\n{run.diagnostics()}"
+    return run.hold_at[-1]
 
 
 def logged_steps(text: str) -> list[int]:

@@ -58,6 +58,7 @@ class Cluster:
         self._client: Client | None = None
         self.keys: Path | None = None  # CURVE key directory clients and agents use
         self.env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        self.python = sys.executable  # the coordinator's interpreter (its jobs' too)
 
     def start_coordinator(self, *args: str, prefix: list[str] | None = None) -> None:
         if args:
@@ -66,7 +67,7 @@ class Cluster:
         self.coordinator = subprocess.Popen(
             [
                 *(prefix or []),
-                sys.executable,
+                self.python,
                 "-m",
                 "coordinator.service.cli",
                 "--bind",
@@ -93,14 +94,18 @@ class Cluster:
         *extra: str,
         prefix: list[str] | None = None,
         address: str | None = None,
+        label: str | None = None,
     ) -> None:
-        log = (self.tmp / f"agent-{name}.log").open("ab")
-        self.agents[name] = subprocess.Popen(
+        """An agent for node ``name``; ``label`` (default: the name) keys its process, log
+        and work directory, so that two agents may claim one name."""
+        label = label or name
+        log = (self.tmp / f"agent-{label}.log").open("ab")
+        self.agents[label] = subprocess.Popen(
             [
                 *(prefix or []),
                 sys.executable,
                 "-m",
-                "coordinator.service.agent_cli",
+                "coordinator.executors.agents.cli",
                 "--coordinator",
                 address or self.address,
                 "--gpus",
@@ -108,7 +113,7 @@ class Cluster:
                 "--name",
                 name,
                 "--workdir",
-                str(self.tmp / "agents" / name),
+                str(self.tmp / "agents" / label),
                 "--heartbeat",
                 "0.2",
                 *extra,
@@ -213,7 +218,7 @@ class FakeCoordinator:
                 *(prefix or []),
                 sys.executable,
                 "-m",
-                "coordinator.service.agent_cli",
+                "coordinator.executors.agents.cli",
                 *("--coordinator", self.address, "--gpus", "2", "--name", "n1"),
                 *("--workdir", str(self.workdir), "--heartbeat", "0.2"),
             ],

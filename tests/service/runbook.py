@@ -11,6 +11,7 @@ from coordinator.core import events
 from coordinator.core.model import Decision, JobSpec
 from coordinator.core.packlimit import PackLimit
 from coordinator.core.settings import Settings, build_scheduler
+from coordinator.protocol import PartOutcome
 from coordinator.service.commands import Command
 from coordinator.service.metrics import Metrics
 from coordinator.service.records import JobRecord, Request
@@ -62,9 +63,13 @@ class Bench:
         self.hosts[name] = name
         self.book.node_up(name, list(range(gpus)), running or {}, self.when(t))
 
-    def submit(self, job_id: str, workers: int, t: float = 0.0, ps: int = 0) -> None:
-        self.ledger.core(events.Submit(JobSpec(job_id, workers, arrival=t), t))
-        request = Request(["train.py"], workers, owner="alice", ps=ps, token="tok")
+    def submit(
+        self, job_id: str, workers: int, t: float = 0.0, ps: int = 0, least: int | None = None
+    ) -> None:
+        """Queue ``job_id`` with ``workers`` (``least``: an elastic gang's fewest)."""
+        self.ledger.core(events.Submit(JobSpec(job_id, workers, arrival=t, min_gpus=least), t))
+        request = Request(["train.py"], workers, owner="alice", ps=ps, token="tok",
+                          min_workers=least)  # fmt: skip
         self.book.add(job_id, JobRecord(f"{job_id}-x", request, 2000.0 + t))
 
     def schedule(self, t: float) -> list[Command]:
@@ -81,7 +86,7 @@ class Bench:
         self, job_id: str, node: str, outcome: str, t: float, codes: Sequence[int] = (0,)
     ) -> None:
         processes = [{"role": "chief", "task_index": i, "code": c} for i, c in enumerate(codes)]
-        self.book.part_ended(job_id, node, outcome, processes, self.when(t))
+        self.book.part_ended(job_id, node, PartOutcome(outcome), processes, self.when(t))
 
     def state(self, job_id: str) -> str:
         return self.sched.job(job_id).state.value

@@ -31,6 +31,13 @@ def _submit(**fields: Any) -> bytes:
     return _msg("submit", **{"argv": ["x.py"], "workers": 1, **fields})
 
 
+def _nested(depth: int) -> dict[str, Any]:
+    value: dict[str, Any] = {}
+    for _ in range(depth):
+        value = {"k": value}
+    return value
+
+
 def _report(**fields: Any) -> bytes:
     return msgpack.packb({"type": "report", "v": 1, "job_id": "j1", **fields})
 
@@ -45,10 +52,25 @@ def _report(**fields: Any) -> bytes:
         (_submit(argv=["x.py", "a\0b"]), "'argv' must not contain NUL"),
         (_submit(cwd="/tmp\0x"), "'cwd' must not contain NUL"),
         (_report(iter_time=-1.0), "'iter_time' must be a finite number >= 0, got -1.0"),
-        (_report(iter_time=math.nan), "'iter_time' must be a finite number >= 0, got nan"),
+        (_report(iter_time=math.nan), "'iter_time' must be a finite number, got nan"),
+        # magnitudes and depth: what no job could send, refused before it is stored
+        (_report(iter_time=1e308), "'iter_time' holds 1e+308, beyond"),
+        (_report(iter_time=2e9), "'iter_time' must be at most 1e+09, got 2000000000.0"),
+        (_report(gpu_time=1e308), "'gpu_time' holds 1e+308, beyond ±9007199254740992"),
+        (_report(gpu_time=1e14), "'gpu_time' must be at most 1e+13"),
+        (_report(step=2**64 - 1), "'step' holds 18446744073709551615, beyond"),
+        (_report(warmup={"seconds": -1e308}), "'warmup' holds -1e+308, beyond"),
+        (_report(warmup={"seconds": -1.0}), "'warmup.seconds' must be a number >= 0"),
+        (_report(warmup={"build": 1e10}), "'warmup.build' must be at most 1e+09"),
+        (_report(checkpoint={"step": "x"}), "'checkpoint.step' must be a number >= 0"),
+        (_report(checkpoint=_nested(500)), "'checkpoint' is nested deeper than 8 levels"),
+        (_submit(env=_nested(9)), "'env' is nested deeper than 8 levels"),
+        (_submit(duration=1e12), "'duration' must be at most 1e+09"),
+        (_msg("preempt", job_id="j1", restart=0, signal="SIGTERM", grace=1e10), "at most"),
         (_report(gpu_time=math.inf), "'gpu_time' must be a finite number"),
         (_report(step=-3), "'step' must be a finite number >= 0"),
         (_report(checkpoint={"saved": math.nan}), "'checkpoint' must not contain NaN"),
+        (_report(checkpoint={"a": [math.inf]}), "'checkpoint' must not contain NaN"),
         (_msg("logs", job_id="j1", offsets={"n/a.log": -1}), "byte offsets must be >= 0"),
         (_msg("logs", job_id="j1", limit=-1), "'limit' must be a finite number >= 0"),
         (_msg("advance", seconds=math.nan), "'seconds' must be a finite number"),
@@ -192,6 +214,7 @@ def _launch(job_id: str, **spec: Any) -> bytes:
     return msgpack.packb({"type": "launch", "v": 1, **fields}, use_bin_type=True)
 
 
+@pytest.mark.slow  # starts a process
 def test_agent_survives_every_bad_launch_and_reports_it_failed(tmp_path: Path) -> None:
     fake = FakeCoordinator(tmp_path)
     try:

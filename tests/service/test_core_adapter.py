@@ -63,6 +63,8 @@ def test_live_and_simulated_options_give_the_same_settings() -> None:
         "placement": "spread",
         "gittins_variant": "authors",
         "gittins_learn": False,
+        "rules": "authors-exact-demotion",
+        "elastic_payback": 3.0,
     }
     live = Settings(policy="tiresias-g", queue_thresholds=thresholds, **knobs)
     simulated = core_settings("tiresias-g", SimOptions.of(thresholds=thresholds, **knobs))
@@ -73,6 +75,7 @@ def test_live_and_simulated_options_give_the_same_settings() -> None:
         "queue_thresholds",
         "reject_oversized",
         "gittins_samples",
+        "await_begin",  # the executor's, not an option: a simulated start is its begin
     }
     assert shared == set(knobs)  # a new setting must reach the simulator too
 
@@ -106,6 +109,7 @@ def test_a_bad_scheduling_flag_is_one_line_and_exit_2(
     assert line.startswith(f"tiresias-coordinator: Invalid value for '{bad.split('=')[0]}'")
 
 
+@pytest.mark.slow  # starts a process
 def test_tiresias_run_gives_its_embedded_coordinator_the_scheduling_options(
     tmp_path: Path,
 ) -> None:

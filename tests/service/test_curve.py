@@ -15,9 +15,11 @@ import zmq
 
 from coordinator import protocol
 from coordinator.service.client import Client, RequestError
-from coordinator.service.keys import ClientKeys
+from coordinator.service.curve import ClientKeys
 
 from .conftest import Cluster, wait_until
+
+pytestmark = pytest.mark.slow  # starts real processes
 
 
 def keys(*args: str) -> str:
@@ -107,7 +109,12 @@ def test_keys_say_who_connects(curve_cluster: tuple[Cluster, Path], tmp_path: Pa
     )
     names = {n["name"] for n in cluster.client.request("nodes")["nodes"]}
     assert names == {"member"}
-    assert cluster.agents["rogue"].poll() is None  # it keeps knocking, unheard
+    # an agent refused for its identity (a key filed for another node, or for none) gives up
+    # after a few tries, saying why, with exit code 2
+    for node in ("impostor", "rogue"):
+        assert cluster.agents[node].wait(60) == 2, node
+        said = (cluster.tmp / f"agent-{node}.log").read_text()
+        assert "\ntiresias-agent: " in said and "may not" in said, said[-1000:]
 
     # nobody but the job itself (by its token), its owner or an admin reports on it
     for token in (None, "guess"):

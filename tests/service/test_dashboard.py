@@ -99,6 +99,7 @@ def test_dashboard_api_shows_jobs_reasons_and_preemptions(cluster: Cluster) -> N
         assert (status, kind) == (200, "text/html; charset=utf-8")
         assert b"<h1>Tiresias</h1>" in page
         assert get(port, "/nothing")[0] == 404
+        assert get(port, "/api/job/nope")[:2] == (404, "application/json")  # not [] with 200
         shown = state(port)
         assert shown["gpus"] == {"total": 2, "used": 2}
         assert [g["job"] for g in shown["nodes"][0]["gpus"]] == ["j1", "j1"]

@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 import re
 
+from helpers import FAKE_JOB
+
 from .conftest import Cluster, wait_until
 
 
@@ -52,11 +54,15 @@ def test_short_jobs_preempt_a_long_one_which_resumes(cluster: Cluster) -> None:
     status = json.loads(cluster.cli("status", "--all", "--json").stdout)
     assert {j["job_id"]: j["state"] for j in status} == dict.fromkeys(everything, "completed")
     long_view = json.loads(cluster.cli("status", long_job, "--json").stdout)
-    assert long_view["restarts"] == len(saved) and long_view["exit_code"] == 0
+    # a run preempted while it started (a loaded machine) trained nothing and saved nothing:
+    # every run is in the log, and each one that trained resumed at the last checkpoint
+    runs = [int(r) for r in re.findall(r"=== j\d+ restart (\d+) on", chief)]
+    assert runs == list(range(len(runs))) and len(runs) > len(saved)
+    assert long_view["restarts"] == len(runs) - 1 and long_view["exit_code"] == 0
     # the human views render
     assert long_job in cluster.cli("status", "--all").stdout
     assert "GPUS" in cluster.cli("nodes").stdout
-    assert "QUEUE" in cluster.cli("queue").stdout
+    assert cluster.cli("queue").stdout == "no active jobs\n"  # all of them completed
     assert "done after 50 steps" in cluster.cli("logs", long_job).stdout
 
 
@@ -89,8 +95,14 @@ def test_cancel_waiting_and_running_jobs(cluster: Cluster) -> None:
     assert "cancelled" in cluster.cli("cancel", waiting).stdout
     cluster.cli("cancel", running)
     wait_until(lambda: cluster.state_of(running) == "cancelled", 10, "the cancellation")
-    refused = cluster.cli("cancel", "nope", check=False)
-    assert refused.returncode == 1 and "unknown job id 'nope'" in refused.stderr
+    # logged as what happened: killed at once, never checkpointed, no signal ignored
+    said = (cluster.tmp / "coordinator.log").read_text()
+    assert f"job {running} restart 0 ended: killed → cancelled" in said, said[-2000:]
+    assert "ignored the signal" not in (cluster.tmp / "agent-a.log").read_text()
+    for command in ("cancel", "logs", "status"):  # each names itself, not the request it sent
+        refused = cluster.cli(command, "nope", check=False)
+        assert refused.returncode == 1, refused
+        assert refused.stderr == f"tiresias {command}: unknown job id 'nope'\n", refused.stderr
 
 
 def test_manual_clock_makes_service_time_exact(cluster: Cluster) -> None:
@@ -120,3 +132,43 @@ def test_logs_larger_than_one_message_arrive_whole(cluster: Cluster) -> None:
     assert lines[-1] == "done after 150000 steps"
     steps = [int(line.split()[1]) for line in lines if line.startswith("step ")]
     assert steps == list(range(1, 150001))
+
+
+RANKS = ("chief-0", "worker-1", "worker-2", "worker-3")
+
+
+def test_an_elastic_job_starts_small_grows_when_gpus_free_and_finishes(cluster: Cluster) -> None:
+    """Two nodes of 2 GPUs, one taken by a rigid job: a ``--workers 2:4`` job starts on the
+    2 that are free (a rigid 4 would wait), holding at step 10. The rigid job ends; the
+    elastic one is checkpointed there and restarted on all 4 GPUs across both nodes, every
+    process told its world (4) and the top of its range, resumes at step 10 and finishes."""
+    cluster.start_coordinator("--grace", "10", "--heartbeat-timeout", "3")
+    cluster.start_agent("a", gpus=2)
+    cluster.start_agent("b", gpus=2)
+    cluster.wait_nodes("a", "b")
+    rigid = cluster.submit("--steps", "1000000", "--step-time", "0.05", workers=2)
+    wait_until(lambda: cluster.state_of(rigid) == "running", 20, "the rigid job")
+    args = ("--steps", "40", "--step-time", "0.05", "--hold-at", "10")
+    out = cluster.cli("submit", "--json", "--workers", "2:4", str(FAKE_JOB), *args)
+    elastic = json.loads(out.stdout)["job_id"]
+    wait_until(lambda: "holding at step 10" in cluster.logs(elastic), 30, "the small run")
+    small = cluster.job(elastic)
+    assert sum(map(len, small["placement"].values())) == 2 and small["restarts"] == 0
+    [line] = [x for x in cluster.cli("queue").stdout.splitlines() if x.startswith(elastic)]
+    assert line.split()[1:5] == ["running", "2", "of", "2:4"], line
+
+    cluster.cli("cancel", rigid)  # its GPUs free up
+    wait_until(lambda: cluster.state_of(elastic) == "completed", 60, "the elastic job")
+    done = cluster.job(elastic)
+    assert (done["restarts"], done["exit_code"], done["progress"]["step"]) == (1, 0, 40)
+    files = cluster.client.request("logs", job_id=elastic, limit=1 << 18)["files"]
+    # each rank has its own log on each node it ran on: ranks 0-1 in the small run, 0-3 grown
+    assert {k.split("/")[1] for k in files} == {f"{r}.log" for r in RANKS}
+    chief = "".join(files[k]["data"] for k in sorted(files) if k.endswith("chief-0.log"))
+    saved, started = resume_points(chief)
+    assert saved == [10] and sorted(started) == [0, 10], chief
+    assert chief.count("done after 40 steps") == 1
+    history = [e["text"] for e in done["history"]]
+    assert any(t.startswith("started on 2 of 4 GPUs") for t in history), history
+    assert any(t.startswith("grew to 4") for t in history), history
+    assert "shape      2 to 4 workers, 0 ps, 2:4 GPUs" in cluster.cli("status", elastic).stdout

@@ -281,6 +281,7 @@ def capped_agent(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Fak
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
+@pytest.mark.slow  # an agent under a long fuzz run
 @given(frames=st.lists(_messages(_TO_AGENT), min_size=1, max_size=4))
 def test_fuzz_agent(capped_agent: tuple[FakeCoordinator, int], frames: list[bytes]) -> None:
     fake, _ = capped_agent

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from coordinator.service.gpus import discover_gpus, nvidia_devices, nvml_gpus
+from coordinator.executors.agents.gpu_discovery import discover_gpus, nvidia_devices, nvml_gpus
 
 
 def test_a_machine_without_nvidia_devices_declares_one_virtual_gpu(tmp_path: Path) -> None:

@@ -20,6 +20,8 @@ from coordinator.service.coordinator import Coordinator, Options
 from .conftest import in_process_coordinator
 from .test_reconcile import ScriptedAgent
 
+pytestmark = pytest.mark.slow  # starts real processes
+
 JOBS = 1200
 ARG = "a" * 1000  # ~1.2 MB of views in all: over one message on purpose
 

@@ -53,8 +53,10 @@ def test_reasons_positions_and_history_live_and_simulated(cluster: Cluster) -> N
     queue = cluster.cli("queue").stdout
     assert "LINE" in queue and "why waiting:" in queue
     assert f"j2  Q1 #1, 1st overall: {pending['text']}" in queue
-    listed = json.loads(cluster.cli("queue", "--json").stdout)
+    listed = json.loads(cluster.cli("queue", "--json").stdout)["jobs"]  # the first screen
     assert [j["pending"] for j in listed if j["job_id"] == "j2"] == [pending]
+    every = json.loads(cluster.cli("queue", "--json", "--all").stdout)
+    assert [j["pending"] for j in every if j["job_id"] == "j2"] == [pending]
 
     # t=2: j1 reaches 4 GPU-s, is demoted to Q2, and j2 (Q1) takes its GPUs
     cluster.client.request("advance", seconds=2.0)

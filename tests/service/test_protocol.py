@@ -71,6 +71,21 @@ from .conftest import free_port, in_process_coordinator, wait_until
             ),
             "'outcome' must be one of",
         ),
+        (  # lost is the coordinator's verdict on a part, never a node's report
+            msgpack.packb(
+                {
+                    "type": "exited",
+                    "v": 1,
+                    "id": 1,
+                    "node": "n",
+                    "job_id": "j",
+                    "restart": 0,
+                    "outcome": "lost",
+                    "processes": [],
+                }
+            ),
+            "'outcome' must be one of completed, checkpointed, preempted, failed, killed,",
+        ),
         (
             msgpack.packb(
                 {

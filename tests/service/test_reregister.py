@@ -12,6 +12,8 @@ from helpers import wait_until
 
 from .conftest import Cluster, FakeCoordinator
 
+pytestmark = pytest.mark.slow  # starts real processes
+
 
 def _reconnects(cluster: Cluster, name: str) -> int:
     return (cluster.tmp / f"agent-{name}.log").read_text().count("reconnecting")

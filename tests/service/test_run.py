@@ -7,7 +7,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from .conftest import FAKE_JOB, Cluster, wait_until
+
+pytestmark = pytest.mark.slow  # starts real processes
 
 
 def run(*args: str, cwd: Path) -> subprocess.Popen[str]:

@@ -4,11 +4,14 @@ outcomes."""
 
 from __future__ import annotations
 
+import pytest
+
 from coordinator.core import events
 from coordinator.core.model import ExitOutcome
-from coordinator.service.agent import SETTLE
 from coordinator.service.commands import Forget, KillParts, LaunchGang, Signal
-from tiresias_launch.contract import JOB_TOKEN
+from coordinator.service.executor import SETTLE
+from coordinator.service.records import JobRecord
+from tiresias_launch.contract import JOB_TOKEN, OWN_CHECKPOINTS
 
 from .runbook import GRACE, HEARTBEAT, Bench
 
@@ -52,6 +55,26 @@ def test_a_failed_part_stops_the_others_and_fails_the_job_once_all_are_gone() ->
     assert rec.ended == bench.when(1.5).wall
     assert bench.take() == [Forget("j1")]  # the executor may drop what it kept for the job
     assert not bench.book.is_current("j1", 0, "n2")  # a resent exit is old news
+
+
+def test_only_a_found_job_carries_its_executor_id_into_its_starts_and_its_forget() -> None:
+    """A job the executor found (a plain sbatch job) is released, not launched: its id rides
+    in the gang and in the final Forget. A submitted job cannot claim one from its
+    environment (it would make Slurm release someone else's held job)."""
+    bench = Bench(policy="yarn-cs")
+    bench.node("n1", 1)
+    bench.submit("j1", 1)
+    bench.book.records["j1"].request.env["TIRESIAS_FOUND_JOB"] = "4242"
+    (launch,) = bench.schedule(0.0)
+    assert isinstance(launch, LaunchGang) and launch.gang.found is None
+    bench.exit("j1", "n1", "completed", 1.0)
+    assert bench.take() == [Forget("j1")]
+    bench.submit("j2", 1, 2.0)
+    bench.book.records["j2"].request.found = "4242"
+    (launch,) = bench.schedule(2.0)
+    assert isinstance(launch, LaunchGang) and launch.gang.found == "4242"
+    bench.exit("j2", "n1", "completed", 3.0)
+    assert bench.take() == [Forget("j2", "4242")]
 
 
 def test_a_completed_part_gives_its_peers_a_moment_then_the_job_completes() -> None:
@@ -102,6 +125,44 @@ def test_a_preemption_without_a_checkpoint_counts_the_steps_to_run_again() -> No
     assert abs(lost.gpu_seconds - 2 * 3.0 * 0.4) < 1e-9  # 40 of 100 steps of 3 s on 2 GPUs
 
 
+def test_a_job_that_keeps_its_own_checkpoints_is_not_counted_as_losing_its_run() -> None:
+    bench = Bench(policy="tiresias-l", queue_thresholds=(4.0,))
+    _preempted(bench)
+    rec = bench.book.records["j1"]
+    rec.checkpointable = False  # as its runtime said at start (checkpointable.why_not)
+    rec.checkpointable_why = f"train.py keeps torch.save snapshots; {OWN_CHECKPOINTS}"
+    bench.exit("j1", "n", "preempted", 4.0, codes=(-15,))
+    assert rec.lost is not None
+    assert (rec.lost.preemptions, rec.lost.steps, rec.lost.gpu_seconds) == (1, 0, 0.0)
+
+
+@pytest.mark.parametrize("own", [False, True], ids=["said step 0", "said own checkpoints"])
+def test_a_restart_whose_first_report_is_past_step_0_resumed_from_its_own_checkpoints(
+    own: bool,
+) -> None:
+    """What the runtime said at start (restarts from step 0, or keeps its own checkpoints)
+    is a guess; the next run's first report says where it really resumed, and the lost
+    work is counted from the steps."""
+    bench = Bench(policy="tiresias-l", queue_thresholds=(4.0,))
+    _preempted(bench)  # j1 ran t=0..3 on 2 GPUs
+    rec = bench.book.records["j1"]
+    rec.checkpointable = False
+    tail = OWN_CHECKPOINTS if own else "it restarts from step 0"
+    rec.checkpointable_why = f"train.py uses no tiresias.State; a preemption stops it and {tail}"
+    rec.progress.restart, rec.progress.step = 0, 100
+    bench.exit("j1", "n", "preempted", 4.0, codes=(-15,))
+    assert rec.lost is not None and rec.lost.steps == (0 if own else 100)
+    assert rec.resumed_itself(1, 60) == "resumed from its own checkpoints at step 60"
+    assert (rec.lost.preemptions, rec.lost.steps) == (1, 40)
+    assert abs(rec.lost.gpu_seconds - 2 * 3.0 * 0.4) < 1e-9  # 40 of 100 steps of 3 s on 2 GPUs
+    assert rec.checkpointable_why.endswith(OWN_CHECKPOINTS)
+    assert rec.checkpointable_why.startswith("train.py uses no tiresias.State; ")
+    rec.resumed_itself(2, 90)  # no preemption before that run: nothing more to correct
+    assert rec.lost.steps == 40
+    again = JobRecord.from_wire("j1", rec.to_wire())
+    assert again.lost == rec.lost and again.checkpointable_why == rec.checkpointable_why
+
+
 def test_a_lost_node_loses_its_parts_kills_the_survivors_and_requeues_the_job() -> None:
     bench = Bench(policy="yarn-cs")
     bench.node("n1", 1)
@@ -127,6 +188,23 @@ def test_reconcile_kills_what_a_node_should_not_run_and_loses_what_it_no_longer_
     assert bench.take() == []
 
 
+def test_a_node_back_with_an_older_run_loses_the_newer_launch_it_never_got() -> None:
+    """Restart 1 was launched to a connection of n1 that went away; the agent comes back
+    still running restart 0: that one is killed, and restart 1, which runs nowhere, is lost
+    at once, so the job waits again instead of holding its GPUs as a phantom."""
+    bench = Bench(policy="yarn-cs")
+    bench.node("n1", 1)
+    _started(bench, "j1", 1)
+    bench.book.node_lost("n1", bench.when(1.0))  # restart 0 lost; the job waits again
+    bench.node("n1", 1, 2.0)
+    (launch,) = bench.schedule(2.0)
+    assert isinstance(launch, LaunchGang) and launch.gang.restart == 1
+    bench.node("n1", 1, 3.0, running={"j1": 0})  # it never got restart 1
+    assert bench.take() == [KillParts("j1", 0, ("n1",))]
+    assert bench.book.records["j1"].run is None and bench.state("j1") == "waiting"
+    assert bench.sched.free_gpus() == {"n1": (0,)}
+
+
 def test_the_chiefs_checkpoint_counts_however_its_peers_ended() -> None:
     bench = Bench(policy="tiresias-l", queue_thresholds=(4.0,))
     bench.node("n1", 1)
@@ -148,3 +226,26 @@ def test_a_node_back_with_other_gpus_is_a_new_node_to_the_core() -> None:
     bench.node("n1", 4, 2.0)
     assert [type(e).__name__ for e in bench.ledger.events] == ["NodeUp", "NodeDown", "NodeUp"]
     assert bench.sched.free_gpus()["n1"] == (0, 1, 2, 3)
+
+
+def test_an_elastic_job_shrunk_for_a_job_ahead_restarts_on_fewer_ranks() -> None:
+    """A 2:4 job on all 4 GPUs of a node, demoted, when a 2-GPU job arrives in Q1: the core
+    shrinks it instead of preempting it; the run book signals it like any preemption and,
+    once it has checkpointed, launches it on 2 ranks, each told its world and its top."""
+    bench = Bench(policy="tiresias-l", queue_thresholds=(4.0,))
+    bench.node("n", 4)
+    bench.submit("e", 4, least=2)
+    (launch,) = bench.schedule(0.0)
+    assert isinstance(launch, LaunchGang) and len(launch.gang.parts["n"]) == 4
+    bench.ledger.core(events.Release("e", 1.0))  # its runtime's resizable: true
+    bench.submit("r", 2, 2.0)  # e has 8 GPU-seconds: in Q2, behind r
+    assert bench.schedule(2.0) == [Signal("e", 0, ("n",), "SIGTERM", GRACE)]
+    bench.exit("e", "n", "checkpointed", 3.0, codes=(75, 75, 75, 75))
+    launches = {c.gang.job_id: c.gang for c in bench.schedule(3.0) if isinstance(c, LaunchGang)}
+    assert sorted(launches) == ["e", "r"]
+    ranks = launches["e"].parts["n"]
+    assert [p.task_index for p in ranks] == [0, 1] and launches["e"].restart == 1
+    assert {(p.env["TIRESIAS_NUM_WORKERS"], p.env["TIRESIAS_MAX_WORKERS"]) for p in ranks} == {
+        ("2", "4")
+    }
+    assert all("TIRESIAS_MAX_WORKERS" not in p.env for p in launches["r"].parts["n"])

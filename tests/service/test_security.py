@@ -25,6 +25,8 @@ from coordinator.service.coordinator import Options
 from .conftest import FAKE_JOB, Cluster, in_process_coordinator, wait_until
 from .test_reconcile import ScriptedAgent
 
+pytestmark = pytest.mark.slow  # starts real processes
+
 OTHER = "tiresias-test-other"
 #: A job as a user writes one: it says who it runs as.
 WHOAMI = 'import os\nprint(f"running as uid={os.getuid()} gid={os.getgid()}")\n'
@@ -135,6 +137,18 @@ def test_a_second_user_cannot_touch_roots_job_and_runs_as_itself(
     assert "failing at step 1" in cluster.job(failed)["log_tail"]
     status = tiresias(cluster, other, "status", "--json", failed)
     assert json.loads(status.stdout)["log_tail"] is None, status.stdout
+    # refused in every state: a waiting job (no logs yet), a cancelled one, a failed one
+    waiting = cluster.submit("--steps", "5", workers=2)  # 1 of the 2 GPUs is free
+    assert cluster.state_of(waiting) == "waiting"
+    for job in (waiting, failed):
+        refused = tiresias(cluster, other, "logs", job)
+        assert refused.returncode == 1, refused
+        assert refused.stderr.startswith("tiresias logs: job ") and "only its owner" in (
+            refused.stderr
+        )
+    cluster.client.request("cancel", job_id=waiting)
+    refused = tiresias(cluster, other, "logs", waiting)
+    assert refused.returncode == 1 and "only its owner" in refused.stderr, refused
     # nor around the coordinator: the journal (which holds the environment) and the logs
     # are root's files, and the socket will not take it for an agent
     probe = as_user(

@@ -15,9 +15,11 @@ from coordinator.core.model import CoreError
 from coordinator.core.settings import Settings
 from coordinator.service.client import Client
 from coordinator.service.coordinator import Coordinator, Options
-from coordinator.service.keys import generate
+from coordinator.service.curve import generate
 
 from .conftest import in_process_coordinator
+
+pytestmark = pytest.mark.slow  # starts real processes
 
 
 def test_bad_options_create_nothing_and_a_good_start_follows(tmp_path: Path) -> None:

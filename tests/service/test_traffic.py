@@ -23,6 +23,8 @@ from tiresias_launch import contract
 
 from .conftest import FakeCoordinator, in_process_coordinator, wait_until
 
+pytestmark = pytest.mark.slow  # starts real processes
+
 #: A parameter server: accept the workers' connections and drain them.
 PS = """
 import socket, sys, threading

@@ -6,7 +6,10 @@ from __future__ import annotations
 from typing import Any
 
 from coordinator.cli.tables import format_job
-from coordinator.service.views import run_events
+from coordinator.service.views import job_view, run_events
+from tiresias_launch.contract import OWN_CHECKPOINTS
+
+from .runbook import Bench
 
 
 def view(**changes: Any) -> dict[str, Any]:
@@ -79,6 +82,11 @@ def test_a_preemption_told_as_it_happens() -> None:
         ],
     ]
     assert run_events(resumed, resumed) == []  # each said once
+    grown = {**resumed, "min_workers": 2, "workers": 4, "gpus": 4, "placement": {"n": [0, 1, 2, 3]}}
+    assert run_events(waiting, grown)[0] == "j1 restarted on 4 of 2:4 GPUs (restart 1)"
+    resized = {"kind": "resized", "text": "grew to 4 at step 30"}
+    growing = {**preempting, "history": [{"kind": "preempted", "text": "preempted"}, resized]}
+    assert run_events(running, growing) == ["j1 resized by the scheduler: grew to 4 at step 30"]
     text = format_job(resumed)
     assert "job        j1  (train.py; checkpoints and logs under j1-0a1b2c3d)" in text
     assert "checkpoint at step 30 (epoch 2, batch 5; 2.4 MB in 0.31 s)" in text
@@ -113,6 +121,12 @@ def test_a_job_that_cannot_be_checkpointed_says_so() -> None:
     text = format_job(ended)
     assert f"checkpoint none: this job cannot be checkpointed: {why}" in text
     assert "lost       1 preemption without a checkpoint: 30 steps, 12.0 GPU·s" in text
+    own = f"train.py keeps its own checkpoints (torch.save/torch.load); {OWN_CHECKPOINTS}"
+    ended_own = {**ended, "checkpointable_why": own}
+    assert run_events({**now, "checkpointable_why": own}, ended_own) == [
+        "j1 stopped at step 30: preempted without a checkpoint (chief-0 SIGTERM); "
+        "it restarts from its own checkpoints"
+    ]
 
 
 def test_states_passed_between_two_polls_are_still_told() -> None:
@@ -130,3 +144,35 @@ def test_states_passed_between_two_polls_are_still_told() -> None:
         "j1 restarted (restart 1)",
         "j1 resumed from step 30 (restore 0.42 s, first step 1.25 s)",
     ]
+
+
+def test_wait_times_count_every_wait_in_every_state() -> None:
+    """``waited`` is the time not running since submit, finished jobs included (status --all
+    showed 0.0s for a job that had waited minutes); ``waiting`` only the current wait."""
+    bench = Bench()
+    bench.node("n", 1)
+    bench.submit("j1", 1)
+    bench.schedule(0.0)
+    bench.submit("j2", 1, t=10.0)
+    bench.schedule(10.0)
+    bench.exit("j1", "n", "completed", 110.0)
+    bench.schedule(110.0)
+    sched, records = bench.sched, bench.book.records
+
+    def seen(job_id: str, now: float) -> dict[str, Any]:
+        return job_view(sched.job(job_id), records[job_id], now, None)
+
+    assert seen("j1", 200.0)["waited"] == 0.0
+    assert (seen("j2", 150.0)["waited"], seen("j2", 150.0)["waiting"]) == (100.0, 0.0)
+    bench.exit("j2", "n", "completed", 160.0)
+    done = seen("j2", 500.0)
+    assert (done["state"], done["waited"]) == ("completed", 100.0)
+    assert "waited 1m40s" in format_job({**view(), **done, "argv": ["train.py"]})
+
+
+def test_attained_and_progress_say_what_they_count() -> None:
+    text = format_job(
+        view(gpus=2, attained=144.7, executed=72.35, progress={"step": 7, "gpu_time": 71.2})
+    )
+    assert "attained   144.7 GPU·s  (2 GPUs × its runs, as the scheduler counts" in text
+    assert "71.2 GPU·s of the reporting process in this run" in text

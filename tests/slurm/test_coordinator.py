@@ -3,10 +3,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
+import contextlib
 
-import pytest
 from helpers import wait_until
 from service.conftest import Cluster
 from service.test_live_vs_sim import SCENARIO_OPTIONS, live_order, simulated_order
@@ -14,15 +12,40 @@ from service.test_live_vs_sim import SCENARIO_OPTIONS, live_order, simulated_ord
 from coordinator.core.model import JobSpec, Node
 from coordinator.service.store import Store
 from coordinator.sim.engine import simulate
-from tools.slurm_local import LocalSlurm, missing
+from tools.slurm_local import LocalSlurm
 
 STEP = "0.05"
 
 
-def sacct_states(slurm: LocalSlurm, key: str) -> list[str]:
-    """The runs of the Slurm job named after the Tiresias job ``key``, oldest first."""
-    out = slurm.run("sacct", "-c", "-n", "-P", "-o", "jobname,state")
-    return [state for name, state in (line.split("|") for line in out.split()) if key in name]
+def sacct_runs(slurm: LocalSlurm, key: str) -> list[dict[str, str]]:
+    """Every run (``--duplicates``: a requeued one too) of the Slurm jobs named after the
+    Tiresias job ``key``, as slurmdbd recorded them, oldest first: its id, state, start and
+    end. One line each: a state may have spaces ("CANCELLED by 0")."""
+    fields = ("jobid", "state", "start", "end")
+    out = slurm.run("sacct", "-D", "-X", "-n", "-P", "--name", f"tiresias:{key}",
+                    "-o", ",".join(fields))  # fmt: skip
+    return [dict(zip(fields, line.split("|"), strict=True)) for line in out.splitlines()]
+
+
+def sacct_states(slurm: LocalSlurm, key: str, expected: list[str]) -> list[str]:
+    """The states of those runs once they are ``expected`` (slurmdbd records a run's end a
+    moment after Slurm ended it), or the last seen when they never become so."""
+    seen: list[str] = []
+
+    def settled() -> bool:
+        seen[:] = [run["state"].split()[0] for run in sacct_runs(slurm, key)]  # "CANCELLED by 0"
+        return seen == expected
+
+    with contextlib.suppress(AssertionError):
+        wait_until(settled, 30, f"sacct to show {expected}")
+    return seen
+
+
+def slurm_times(slurm: LocalSlurm, key: str) -> list[tuple[str, str, str]]:
+    """(job id, start, end) of each Slurm job of the Tiresias job ``key``, oldest first."""
+    out = slurm.run("squeue", "-h", "-t", "all", "-n", f"tiresias:{key}", "-o", "%i %S %e")
+    rows = [tuple(line.split()) for line in out.splitlines() if line.strip()]
+    return sorted(rows, key=lambda r: int(r[0]))  # type: ignore[arg-type, return-value]
 
 
 def running(cluster: Cluster, job_id: str, restarts: int) -> bool:
@@ -51,7 +74,8 @@ def test_policy_preemption_through_slurm(cluster: Cluster, slurm: LocalSlurm) ->
     assert cluster.job(long)["restarts"] == 1
     assert cluster.job(long)["progress"]["step"] == 40  # the runtime's reports arrive
     key = cluster.job(long)["key"]
-    assert sacct_states(slurm, key) == ["FAILED", "COMPLETED"]  # exit 75 requeued, then done
+    expected = ["REQUEUED", "COMPLETED"]  # exit 75 requeued (held), then done
+    assert sacct_states(slurm, key, expected) == expected
 
     audit = Store(cluster.state)
     live = [(kind, job_id) for _, kind, job_id, _ in audit.decisions()]
@@ -72,7 +96,7 @@ def test_a_failing_job_fails_with_its_code_and_log(cluster: Cluster, slurm: Loca
     view = cluster.job(job)
     assert view["exit_code"] == 3 and "failing at step 2" in view["log_tail"]
     assert view["restarts"] == 0  # a failure is not resumed
-    assert sacct_states(slurm, view["key"]) == ["FAILED"]
+    assert sacct_states(slurm, view["key"], ["FAILED"]) == ["FAILED"]
 
 
 def test_coordinator_killed_mid_run(cluster: Cluster, slurm: LocalSlurm) -> None:
@@ -93,23 +117,7 @@ def test_coordinator_killed_mid_run(cluster: Cluster, slurm: LocalSlurm) -> None
         assert cluster.job(job)["restarts"] == 0
         assert cluster.logs(job).count(f"=== {job} restart 0 on") == processes
     assert "done after 100 steps" in cluster.logs(gang)
-    assert sacct_states(slurm, cluster.job(gang)["key"]) == ["COMPLETED"]
-
-
-@pytest.fixture
-def failing(tmp_path: Path) -> Iterator[tuple[Cluster, LocalSlurm]]:
-    """A Slurm of its own that declares a silent node down after 10 s, and a coordinator."""
-    why = missing()
-    if why:
-        pytest.skip(why)
-    with LocalSlurm(tmp_path / "slurm", {"n1": 2, "n2": 2}, slurmd_timeout=10) as slurm:
-        c = Cluster(tmp_path)
-        c.env["SLURM_CONF"] = str(slurm.conf)
-        try:
-            yield c, slurm
-        finally:
-            c.close()
-            print(c.dump_logs())
+    assert sacct_states(slurm, cluster.job(gang)["key"], ["COMPLETED"]) == ["COMPLETED"]
 
 
 def test_node_failure_resumes_from_the_last_checkpoint(
@@ -117,7 +125,8 @@ def test_node_failure_resumes_from_the_last_checkpoint(
 ) -> None:
     """A Slurm node stops (slurmd gone, its processes frozen): the node is lost with the
     job's part there, and the core resumes the job on the other node from its last
-    checkpoint (step 10; it ran to 12)."""
+    checkpoint (step 10; it ran to 12), once Slurm has declared the node DOWN and ended the
+    old job (each step waited for on its own condition)."""
     cluster, slurm = failing
     cluster.start_coordinator("--executor", "slurm", "--slurm-partition", "tiresias")
     cluster.wait_nodes("n1", "n2")
@@ -125,10 +134,17 @@ def test_node_failure_resumes_from_the_last_checkpoint(
     job = cluster.submit(*args, workers=2)
     wait_until(lambda: "holding at step 12" in cluster.logs(job), 60, "the job to hold")
     [(node, _)] = cluster.job(job)["placement"].items()
+    key = cluster.job(job)["key"]
     frozen = slurm.fail_node(node)
     try:
-        wait_until(lambda: running(cluster, job, 1), 90, "the job to resume elsewhere")
+        wait_until(lambda: running(cluster, job, 1), 60, "the job to resume elsewhere")
         assert list(cluster.job(job)["placement"]) != [node]
+        # SlurmdTimeout (10 s) after its last answer, Slurm declares the node DOWN and ends
+        # its job; only then is the replacement submitted (fencing)
+        wait_until(lambda: "down" in slurm.states().get(node, ""), 60, f"Slurm: {node} DOWN")
+        [(old, *_)] = slurm_times(slurm, key)[:1]
+        wait_until(lambda: old not in slurm.jobs(), 60, "Slurm to end the old job")
+        wait_until(lambda: len(slurm_times(slurm, key)) == 2, 60, "the replacement's Slurm job")
         resumed = "start at step 10 (restart 1"  # from the last checkpoint
         wait_until(lambda: resumed in cluster.logs(job), 60, "the resumed run")
         assert node not in slurm.run("squeue", "-h", "-t", "R", "-o", "%N")
@@ -164,6 +180,6 @@ def test_victim_ignoring_the_signal_is_requeued_at_the_deadline(
     wait_until(lambda: "start at step 0 (restart 1" in cluster.logs(victim), 60, "its run")
     logs = cluster.logs(victim)
     assert "got SIGTERM" in logs and "checkpointed" not in logs  # it ignored the signal
-    # its first run, killed and requeued (jobcomp logs it pending), is the Slurm job's only
-    # finished run: it runs again as the same Slurm job
-    assert sacct_states(slurm, cluster.job(victim)["key"]) == ["PENDING"]
+    # its first run, killed and requeued: it runs again as the same Slurm job
+    expected = ["REQUEUED", "RUNNING"]
+    assert sacct_states(slurm, cluster.job(victim)["key"], expected) == expected

@@ -9,10 +9,10 @@ from pathlib import Path
 
 from helpers import FAKE_JOB, wait_until
 
+from coordinator.executors.slurm.ctl import Slurm
+from coordinator.executors.slurm.executor import SlurmExecutor
 from coordinator.gang import GangRequest, free_local_port, plan
-from coordinator.service.executor import ExecutorEvent, Gang, NodeUp, PartExited, ProcessLaunch
-from coordinator.service.slurm import SlurmExecutor
-from coordinator.service.slurm_ctl import Slurm
+from coordinator.service.executor import ExecutorEvent, Gang, NodeJoined, PartExited, ProcessLaunch
 from tools.slurm_local import LocalSlurm
 
 
@@ -60,7 +60,7 @@ class Driver:
 
 
 def nodes_up(d: Driver, *names: str) -> None:
-    d.until(lambda ev: {e.node for e in ev if isinstance(e, NodeUp)} == set(names), "nodes")
+    d.until(lambda ev: {e.node for e in ev if isinstance(e, NodeJoined)} == set(names), "nodes")
 
 
 def gpus_free(slurm: LocalSlurm, *nodes: str) -> bool:
@@ -144,7 +144,7 @@ def test_a_restarted_executor_finds_its_running_job(slurm: LocalSlurm, shared: P
     again = SlurmExecutor(spool, "", interval=0.2, slurm=Slurm("tiresias", slurm.env))
     d = Driver(again)
     nodes_up(d, "n1", "n2")
-    running = {e.node: dict(e.running) for e in d.events if isinstance(e, NodeUp)}
+    running = {e.node: dict(e.running) for e in d.events if isinstance(e, NodeJoined)}
     assert running == {"n1": {"j3": 0}, "n2": {}}
     again.signal("j3", 0, ["n1"], "SIGTERM", 30.0)
     d.until(lambda ev: bool(d.exits("j3", 0)), "the part to end")
@@ -161,7 +161,12 @@ def test_uneven_gang_is_one_heterogeneous_job(slurm: LocalSlurm, shared: Path) -
     nodes_up(d, "n1", "n2")
     argv = [str(FAKE_JOB), "--steps", "5", "--step-time", "0.05", "--hold-at", "2"]
     ex.launch(gang("j4", 0, {"n1": [0, 1], "n2": [1]}, argv, spool))
-    wait_until(lambda: "holding at step 2" in log_of(spool, "j4-test", "n1"), what="the hold")
+    procs = (("n1", "chief-0"), ("n1", "worker-1"), ("n2", "worker-2"))
+
+    def held() -> bool:
+        return all("holding at step 2" in log_of(spool, "j4-test", *p) for p in procs)
+
+    wait_until(held, what="every process to hold")  # a loaded machine starts them apart
     # each process sees its own one of the GPUs Slurm gave its node
     assert "GPUs '0'" in log_of(spool, "j4-test", "n1")
     assert "GPUs '1'" in log_of(spool, "j4-test", "n1", "worker-1")

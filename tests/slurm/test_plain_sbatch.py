@@ -156,3 +156,24 @@ def test_cancelling_a_waiting_sbatch_job_cancels_it_in_slurm(
 
     wait_until(lambda: state() == "CANCELLED", 60, "its Slurm job to be cancelled")
     assert cluster.state_of("j2") == "cancelled"
+
+
+def test_an_sbatch_job_submitted_while_gpus_are_free_is_held_at_submission(
+    cluster: Cluster, slurm: LocalSlurm, tmp_path: Path
+) -> None:
+    """Partition "one" is idle and no coordinator runs yet: Slurm would start a plain
+    ``sbatch`` job at once, but the job_submit/lua plugin holds it in the submission itself;
+    the coordinator, started afterwards, adopts it and runs it."""
+    out = tmp_path / "plain.out"
+    slurm_id = slurm.run(
+        "sbatch", "--parsable", "-p", "one", "--gres=gpu:1", f"--output={out}",
+        "--job-name=plain", "--wrap", "echo plain sbatch ran",
+    ).strip()  # fmt: skip
+    held = slurm.run("squeue", "-h", "-j", slurm_id, "-o", "%T %r").strip()
+    assert held in ("PENDING JobHeldAdmin", "PENDING JobHeldUser")  # before anyone looked
+    assert slurm.states()["n1"] == "idle"
+    cluster.start_coordinator(*("--executor", "slurm", "--slurm-partition", "one"))
+    cluster.wait_nodes("n1")
+    wait_until(lambda: out.exists() and out.read_text() == "plain sbatch ran\n", 60, "its run")
+    [job] = cluster.client.request("status", all=True)["jobs"]
+    wait_until(lambda: cluster.state_of(job["job_id"]) == "completed", 60, "it to complete")

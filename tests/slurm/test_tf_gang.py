@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from helpers import REPO, wait_until
 
-from coordinator.service.slurm import SlurmExecutor
-from coordinator.service.slurm_ctl import Slurm
+from coordinator.executors.slurm.ctl import Slurm
+from coordinator.executors.slurm.executor import SlurmExecutor
 from tools.slurm_local import LocalSlurm
 
 from .test_executor import Driver, gang, log_of, nodes_up

@@ -8,6 +8,10 @@ requeues it held (``scontrol requeuehold``): Slurm cannot checkpoint a batch scr
 work since the start is lost and counted so. Only jobs that ask for one node and at least
 one GPU are adopted (a GPU count one node can hold); others are left to Slurm.
 
+With the ``job_submit/lua`` plugin (``tools/job_submit.lua``) Slurm holds such a job at
+submission already, marked so in its admin comment: nothing starts before the coordinator's
+release, even while GPUs are free.
+
 A mark per adopted job (``SPOOL/adopted/<Slurm id>.json``) tells a job we hold from one its
 user held, across coordinator restarts, and keeps the job's latest start.
 """
@@ -20,8 +24,13 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from coordinator.executors.slurm.ctl import PREFIX, WAITING, Slurm, SlurmError, Start, gpu_count
+from coordinator.executors.slurm.task import launch_file
+from coordinator.protocol import Stopping
 from coordinator.service.executor import JobFound
-from coordinator.service.slurm_ctl import PREFIX, WAITING, Slurm, SlurmError, gpu_count
+
+#: The admin comment of a job ``tools/job_submit.lua`` held at submission (its ``MARK``).
+HELD_AT_SUBMISSION = "tiresias: held at submission"
 
 
 def adoptable(job: Mapping[str, Any], largest_node: int) -> int:
@@ -63,10 +72,11 @@ class Adopter:
                 continue
             held = "held" in str(job.get("state_reason", "")).lower()
             if not ours:
-                if held:  # its user holds it: not ours to release
-                    continue
+                if held and job.get("admin_comment") != HELD_AT_SUBMISSION:
+                    continue  # its user holds it: not ours to release
                 try:
-                    self.slurm.hold(slurm_id)
+                    if not held:
+                        self.slurm.hold(slurm_id)
                 except SlurmError:  # it started meanwhile: Slurm's own
                     continue
                 self.note(slurm_id, gpus=gpus)
@@ -77,7 +87,7 @@ class Adopter:
         return found
 
 
-def exit_of(job: Mapping[str, Any], stopping: str | None) -> list[dict[str, Any]]:
+def exit_of(job: Mapping[str, Any], stopping: Stopping | None) -> list[dict[str, Any]]:
     """The batch script's exit as one process: its code (or 128 + its signal); cancelled by
     its user in Slurm (not stopped by us), it failed with 130."""
     if str(job["job_state"]) in WAITING:
@@ -87,3 +97,28 @@ def exit_of(job: Mapping[str, Any], stopping: str | None) -> list[dict[str, Any]
     if str(job["job_state"]) == "CANCELLED":
         code = None if stopping else 130
     return [{"role": "chief", "task_index": 0, "code": code}]
+
+
+def found_again(
+    jobs: Mapping[str, Mapping[str, Any]], spool: Path, adopter: Adopter
+) -> dict[str, Start]:
+    """After a coordinator restart: job id → the latest start of every Tiresias job (and
+    adopted sbatch job) Slurm still knows, read from its plan (or its adoption mark)."""
+    found: dict[str, Start] = {}
+    for slurm_id, job in sorted(jobs.items(), key=lambda item: int(item[0])):
+        key = str(job["name"])[len(PREFIX) :]
+        try:
+            adopted = adopter.marked(slurm_id)
+            if adopted is not None and "job_id" in adopted:
+                gang = {**adopted, "slurm_restarts": adopted["restarts"], "parts": adopted["nodes"]}
+            elif str(job["name"]).startswith(PREFIX):
+                gang = json.loads(launch_file(spool / key).read_text())
+            else:
+                continue
+        except (OSError, ValueError):
+            continue
+        found[gang["job_id"]] = Start(
+            gang["job_id"], key, gang["restart"], slurm_id, tuple(sorted(gang["parts"])),
+            tuple(map(tuple, gang["shape"])), gang["slurm_restarts"], adopted=adopted is not None,
+        )  # fmt: skip
+    return found

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import pwd
 import shlex
 import subprocess
 from collections.abc import Mapping, Sequence
@@ -13,10 +12,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from coordinator.protocol import PartOutcome
+from coordinator.executors.node import RunAs, log_tail
+from coordinator.executors.slurm.owner import PRIVATE_UMASK, identity_args, private_dirs
+from coordinator.executors.slurm.task import log_dir
+from coordinator.protocol import PartOutcome, Stopping
 from coordinator.service.executor import ExecutorEvent, Gang, RunBegan
-from coordinator.service.parts import log_tail
-from coordinator.service.slurm_task import log_dir
 from tiresias_launch.contract import CHECKPOINT_DIR, EXIT_CHECKPOINTED
 
 #: Slurm job names of Tiresias jobs: the prefix, then the job key.
@@ -27,8 +27,14 @@ ACTIVE = frozenset(
      "REQUEUE_FED", "REQUEUE_HOLD", "REQUEUED", "RESIZING", "STOPPED"}
 )  # fmt: skip
 WAITING = frozenset({"PENDING", "SPECIAL_EXIT"})
-#: Node states (sinfo's, lower case, without flags) in which a node takes no jobs.
-UNUSABLE = ("down", "drain", "fail", "maint", "unknown", "future", "power", "not_responding")
+#: Node states and flags (sinfo's, lower case) of a node that is gone: its jobs are lost.
+GONE = ("down", "unknown", "future", "power")
+#: Those of a node that is up but takes no new jobs: its running jobs go on (an admin's or
+#: Slurm's drain, e.g. after a prolog failure; a failing or maintenance node; a job's
+#: processes Slurm is still ending there; a node not responding, as Slurm keeps its jobs
+#: until it declares it DOWN after ``SlurmdTimeout``, and as a resumed node is until its
+#: slurmd answers again).
+DRAINED = ("drain", "fail", "maint", "completing", "not_responding")
 
 
 class SlurmError(RuntimeError):
@@ -42,11 +48,10 @@ class Slurm:
         self.partition = partition
         self.env = dict(os.environ if env is None else env)
 
-    def run(self, *cmd: str, timeout: float = 30) -> str:
+    def run(self, *cmd: str, timeout: float = 30, umask: str | None = None) -> str:
+        env = self.env if umask is None else {**self.env, "SLURM_UMASK": umask}
         try:
-            done = subprocess.run(
-                cmd, env=self.env, capture_output=True, text=True, timeout=timeout
-            )
+            done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
         except (OSError, subprocess.TimeoutExpired) as e:
             raise SlurmError(f"{cmd[0]}: {e}") from None
         if done.returncode != 0:
@@ -65,8 +70,9 @@ class Slurm:
         return [n for n in out["nodes"] if self.partition in n.get("partitions", [])]
 
     def submit(self, script: Path, args: Sequence[str]) -> str:
+        """A batch job; its output file private to its user (``SLURM_UMASK``)."""
         return self.run("sbatch", "--parsable", f"--partition={self.partition}", *args,
-                        str(script)).strip().split(";")[0]  # fmt: skip
+                        str(script), umask=PRIVATE_UMASK).strip().split(";")[0]  # fmt: skip
 
     def release(self, slurm_id: str, nodes: Sequence[str] | None) -> None:
         """Let a held job start, on ``nodes`` (None: where it was submitted to)."""
@@ -99,7 +105,7 @@ def gpu_count(gres: str) -> int:
     return total
 
 
-def outcome(procs: Sequence[Mapping[str, Any]], stopping: str | None) -> PartOutcome:
+def outcome(procs: Sequence[Mapping[str, Any]], stopping: Stopping | None) -> PartOutcome:
     """A node's part outcome from its processes' codes (None: killed, no code), as the agent
     judges it: failure first; a completed chief; under preemption, checkpointed only when the
     chief exited 75; a checkpoint nobody asked for; else killed."""
@@ -109,7 +115,7 @@ def outcome(procs: Sequence[Mapping[str, Any]], stopping: str | None) -> PartOut
     chief = [p["code"] for p in procs if p["role"] == "chief"]
     if chief == [0] or (codes and all(c == 0 for c in codes)):
         return PartOutcome.COMPLETED
-    if stopping == "preempt":
+    if stopping == Stopping.PREEMPT:
         checkpointed = (chief or codes)[:1] == [EXIT_CHECKPOINTED]
         return PartOutcome.CHECKPOINTED if checkpointed else PartOutcome.PREEMPTED
     if EXIT_CHECKPOINTED in codes:
@@ -137,7 +143,7 @@ class Start:
     nodes: tuple[str, ...]
     shape: tuple[tuple[int, int], ...]  # (GPUs, tasks) of each node
     slurm_restarts: int  # Slurm's restart count at which this start runs
-    stopping: str | None = None  # "preempt" or "kill", once asked
+    stopping: Stopping | None = None  # preempt or kill, once asked
     signal: str | None = None  # the preemption signal, until it is sent
     deadline: float | None = None  # after it: requeue held (preempt) or cancel (kill)
     ended: bool = False
@@ -152,6 +158,28 @@ class Start:
     launched: float = 0.0  # wall time of the launch: Slurm's start times before it are stale
     began: bool = False  # whether Slurm's start time of it has been reported
     adopted: bool = False  # a plain sbatch job (slurm_adopt), not one of ours
+    gang: Gang | None = None  # what was planned (None when found again after a restart)
+    attempt: int = 1  # which try of this start (``waits``: a start that did not run)
+
+
+def planned(
+    gang: Gang, env: Mapping[str, str]
+) -> tuple[tuple[str, ...], tuple[tuple[int, int], ...], dict[str, list[dict[str, Any]]]]:
+    """A gang's nodes, its shape ((GPUs, tasks) of each node) and each node's processes as
+    the plan (``launch.json``) gives them to the tasks, ``env`` below their own."""
+    nodes = tuple(sorted(gang.parts))
+    shape = tuple(
+        (len({g for p in gang.parts[n] for g in p.gpus}), len(gang.parts[n])) for n in nodes
+    )
+    parts = {
+        node: [
+            {"role": p.role, "task_index": p.task_index, "argv": list(p.argv),
+             "env": {**env, **p.env}, "gpus": list(p.gpus), "cwd": p.cwd}
+            for p in gang.parts[node]
+        ]
+        for node in nodes
+    }  # fmt: skip
+    return nodes, shape, parts
 
 
 def batch_args(
@@ -160,16 +188,16 @@ def batch_args(
     jobdir: Path,
     nodes: Sequence[str],
     shape: Sequence[tuple[int, int]],
-    owner: str | None,
+    user: RunAs,
 ) -> list[str]:
     """``sbatch`` options of a held start: one allocation (``--nodes --nodelist
     --ntasks-per-node --gres``) when every node has the same GPUs and processes, else a
     heterogeneous job with one component per node (Slurm starts all of them together, or
-    none); ``owner``: the user it runs as, when not the coordinator's."""
+    none); run as ``user`` with a login's environment (``slurm.owner``)."""
     args = [
         f"--job-name={PREFIX}{job_key}", f"--comment={job_id}", "--requeue", "--hold",
         "--open-mode=append", f"--output={jobdir}/slurm-%j.out", f"--chdir={jobdir}",
-        "--export=ALL", *([f"--uid={owner}"] if owner else []),
+        *identity_args(user),
     ]  # fmt: skip
     if len(set(shape)) == 1:
         gpus, tasks = shape[0]
@@ -185,32 +213,63 @@ def _gres(gpus: int) -> list[str]:
     return [f"--gres=gpu:{gpus}"] if gpus else []
 
 
-def batch_script(jobdir: Path, python: str) -> Path:
+#: Where the coordinator's own code is: the batch step and its tasks import it from there.
+CODE_ROOT = Path(__file__).resolve().parents[3]
+
+
+def batch_script(jobdir: Path, python: str, user: RunAs) -> Path:
     """The batch step of every Tiresias start: the planned processes (``slurm_task``)."""
     script = jobdir / "batch.sh"
-    script.write_text(
-        "#!/bin/sh\n# A Tiresias job: the coordinator plans, releases and preempts it.\n"
-        f"exec {shlex.quote(python)} -m coordinator.service.slurm_task batch "
-        f"{shlex.quote(str(jobdir))}\n"
-    )
+    fd = os.open(script, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.fchown(fd, user.uid, user.gid)
+    with os.fdopen(fd, "w") as f:
+        f.write(
+            "#!/bin/sh\n# A Tiresias job: the coordinator plans, releases and preempts it.\n"
+            f"PYTHONPATH={shlex.quote(str(CODE_ROOT))} exec {shlex.quote(python)} "
+            f"-m coordinator.executors.slurm.task batch {shlex.quote(str(jobdir))}\n"
+        )
     return script
 
 
-def run_as(owner: str) -> str | None:
-    """The user a job's processes run as, when not the coordinator's own."""
-    return owner if owner and owner != pwd.getpwuid(os.geteuid()).pw_name else None
-
-
-def hand_over(gang: Gang, jobdir: Path) -> None:
+def hand_over(gang: Gang, jobdir: Path, user: RunAs) -> None:
     """The directories the job's processes write (its start's, its checkpoints'), made
-    and owned by the user they run as (Slurm runs them as that user)."""
-    user = pwd.getpwnam(owner) if (owner := run_as(gang.owner)) else None
+    and owned by the user they run as, private to them (Slurm runs them as that user)."""
     checkpoints = {p.env[CHECKPOINT_DIR] for ps in gang.parts.values() for p in ps
                    if CHECKPOINT_DIR in p.env}  # fmt: skip
-    for directory in (jobdir, jobdir / f"r{gang.restart}", *map(Path, checkpoints)):
-        directory.mkdir(parents=True, exist_ok=True)
-        if user is not None:
-            os.chown(directory, user.pw_uid, user.pw_gid)
+    private_dirs(user, (jobdir, jobdir / f"r{gang.restart}", *map(Path, checkpoints)))
+
+
+#: Exit codes of a batch step that could not execute (as a shell reports them).
+CANNOT_EXECUTE = (126, 127)
+
+
+def start_failure(job: Mapping[str, Any], jobdir: Path) -> tuple[int, str] | None:
+    """Whether Slurm's job ended before any process of it ran: its batch step could not
+    execute (exit 126 or 127), or its launch failed (a prolog failure requeues it held);
+    the exit code and Slurm's output of it (what slurmstepd said), else None."""
+    status = int(job.get("exit_code") or 0)
+    code = status >> 8 if status & 0x7F == 0 else 128 + (status & 0x7F)
+    if not (launch_failed(job) or (str(job["job_state"]) == "FAILED" and code in CANNOT_EXECUTE)):
+        return None
+    said = log_tail(jobdir / f"slurm-{job['job_id']}.out").strip()
+    reason = str(job.get("state_reason") or "")
+    return code or 1, f"the batch step did not start (exit {code}, {reason}): {said}"
+
+
+def launch_failed(job: Mapping[str, Any]) -> bool:
+    """Whether Slurm requeued the job held on its own (asked by nobody, before any of its
+    processes ran: the caller knows): it could not launch it, e.g. its prolog failed on a
+    node, which Slurm drains."""
+    return str(job["job_state"]) in WAITING and not live(job)
+
+
+def live(job: Mapping[str, Any] | None) -> bool:
+    """Whether Slurm runs the job, or will once it can (released, not held)."""
+    if job is None:
+        return False
+    state = str(job["job_state"])
+    held = state == "SPECIAL_EXIT" or "held" in str(job.get("state_reason", "")).lower()
+    return state in ACTIVE or (state == "PENDING" and not held)
 
 
 def began(start: Start, job: Mapping[str, Any]) -> list[ExecutorEvent]:

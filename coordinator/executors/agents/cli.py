@@ -13,11 +13,12 @@ from pathlib import Path
 
 import click
 
-from coordinator.service.agent import Agent
+from coordinator.executors.agents.daemon import Agent, AgentRefused
+from coordinator.executors.agents.gpu_discovery import discover_gpus
+from coordinator.service import retention
 from coordinator.service.client import ADDRESS_ENV, DEFAULT_ADDRESS, client_keys
-from coordinator.service.gpus import discover_gpus
-from coordinator.service.keys import KEYS_ENV
-from tiresias_cli.kit import Command, option, run, usage_error
+from coordinator.service.curve import KEYS_ENV
+from tiresias_cli.kit import Command, option, run, usage_error, version_option
 from tiresias_cli.values import POSITIVE_SECONDS
 
 DESCRIPTION = (
@@ -28,6 +29,7 @@ DESCRIPTION = (
 
 
 @click.command("tiresias-agent", cls=Command, help=DESCRIPTION)
+@version_option()
 @option(
     "--coordinator",
     default=DEFAULT_ADDRESS,
@@ -79,6 +81,13 @@ DESCRIPTION = (
     "their measured per-PS traffic, from which the coordinator derives S_J when the job's "
     "runtime reports no tensor sizes",
 )
+@option(
+    "--keep-finished",
+    type=POSITIVE_SECONDS,
+    default=retention.KEEP_FINISHED,
+    show_default="604800 = 7 days",
+    help="seconds a job's log directory is kept once nothing is written in it (swept hourly)",
+)
 def command(
     coordinator: str,
     gpus: str,
@@ -88,6 +97,7 @@ def command(
     heartbeat: float,
     curve_keys: str | None,
     tap: bool,
+    keep_finished: float,
 ) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     try:
@@ -97,11 +107,13 @@ def command(
         usage_error(str(e))
     agent = Agent(coordinator, found, name, workdir, keys, heartbeat, host, tap)
     signal.signal(signal.SIGTERM, lambda *_: agent.stop.set())
+    logs = agent.workdir / "logs"
+    retention.start(lambda now: retention.sweep_logs(logs, keep_finished, now), "retention")
     try:
         agent.run()
     except KeyboardInterrupt:
         pass
-    except (ValueError, OSError) as e:
+    except (ValueError, OSError, AgentRefused) as e:
         print(f"tiresias-agent: {e}", file=sys.stderr)
         return 2
     return 0

@@ -12,6 +12,7 @@ import contextlib
 import itertools
 import logging
 import os
+import secrets
 import signal
 import socket
 import subprocess
@@ -24,20 +25,19 @@ import msgpack
 import zmq
 
 from coordinator import protocol
-from coordinator.service.client import ADDRESS_ENV as COORDINATOR_ENV
-from coordinator.service.client import dealer
-from coordinator.service.keys import ClientKeys
-from coordinator.service.parts import (
-    EXIT_NOT_STARTED,
+from coordinator.executors.agents.parts import Part, Proc, die_with_agent
+from coordinator.executors.node import (
     PREEMPTION_DEATHS,
-    Part,
-    Proc,
     RunAs,
-    die_with_agent,
     private_file,
     read_logs,
     run_as,
 )
+from coordinator.protocol import Stopping
+from coordinator.service.client import ADDRESS_ENV as COORDINATOR_ENV
+from coordinator.service.client import dealer
+from coordinator.service.curve import ClientKeys
+from coordinator.service.executor import SETTLE
 from coordinator.service.profiler import MEASURE_SECONDS, Tapped
 from tiresias_launch.contract import CHECKPOINT_DIR, EXIT_CHECKPOINTED, SERVER_KEY
 
@@ -45,9 +45,13 @@ log = logging.getLogger("tiresias.agent")
 
 #: Seconds the rest of a job gets to exit after one of its processes failed or the chief ended.
 STOP_GRACE = 5.0
-#: Seconds the rest of a job gets to finish on its own once its chief completed (peers of an
-#: all-reduce job end at the same step; parameter servers never do and are killed after).
-SETTLE = 2.0
+#: Refusals of this agent (another live agent holds its node name, or its key or uid may not
+#: speak for that name) before it gives up.
+MAX_TAKEN_REFUSALS = 3
+
+
+class AgentRefused(RuntimeError):
+    """The coordinator will not take this agent (``run()`` raises it; the CLI exits 2)."""
 
 
 class Agent:
@@ -75,14 +79,21 @@ class Agent:
         self._next_measure = 0.0
         self.stop = threading.Event()
         self.parts: dict[str, Part] = {}
-        self._ctx = zmq.Context.instance()
-        self._sock: zmq.Socket | None = None
+        self._ctx: zmq.Context[Any] = zmq.Context.instance()
+        self._sock: zmq.Socket[Any] | None = None
         self._ids = itertools.count(1)
-        self._pending: dict[int, tuple[str, dict[str, Any]]] = {}  # id → (kind, message)
+        self._pending: dict[int, tuple[str | None, dict[str, Any]]] = {}  # id → (kind, message)
         self._last_reply = 0.0
         self._register_id = 0  # id of the last register sent
         self._next_beat = 0.0
         self.registered = threading.Event()
+        #: This agent process, the same across reconnects: the coordinator tells a
+        #: reconnect of ours from a second agent started with the same name.
+        self.instance = secrets.token_hex(8)
+        self.epoch = 0  # of this node's connection, from the last register's reply
+        self._register_at: float | None = None  # a refused register is tried again then
+        self._taken_refusals = 0
+        self.refused: str | None = None
 
     # --- connection -------------------------------------------------------------------
     def _connect(self) -> None:
@@ -107,8 +118,14 @@ class Agent:
     def _register(self) -> None:
         # finished parts still count as running until their exit report is acknowledged
         running = [{"job_id": p.job_id, "restart": p.restart} for p in self.parts.values()]
+        self._register_at = None
         self._register_id = self._send(
-            "register", node=self.name, host=self.host, gpus=self.gpus, running=running
+            "register",
+            node=self.name,
+            instance=self.instance,
+            host=self.host,
+            gpus=self.gpus,
+            running=running,
         )
         for part in self.parts.values():
             if part.reported is not None:  # finished, not yet acknowledged: say it again
@@ -132,8 +149,12 @@ class Agent:
                     p.signal(signal.SIGKILL)
             if self._sock is not None:
                 self._sock.close(linger=0)
+        if self.refused is not None:
+            raise AgentRefused(self.refused)
 
     def _tick(self, now: float) -> None:
+        if self._register_at is not None and now >= self._register_at:
+            self._register()
         if now - self._last_reply > max(5.0, 5 * self.heartbeat):
             log.warning("no reply from the coordinator at %s; reconnecting", self.coordinator)
             self._connect()
@@ -180,7 +201,7 @@ class Agent:
 
     def _reap(self, part: Part, now: float) -> None:
         for p in part.alive:
-            code = p.popen.poll() if p.popen is not None else EXIT_NOT_STARTED
+            code = p.popen.poll() if p.popen is not None else protocol.EXIT_NOT_STARTED
             if code is None:
                 continue
             p.code = code
@@ -188,16 +209,16 @@ class Agent:
                 continue
             if code == EXIT_CHECKPOINTED:
                 part.unprompted_checkpoint = True
-                self._stop(part, "stop", STOP_GRACE, now)
+                self._stop(part, Stopping.STOP, STOP_GRACE, now)
             elif code in PREEMPTION_DEATHS:  # preempted from outside Tiresias, by default
                 part.unprompted_preemption = True
-                self._stop(part, "stop", STOP_GRACE, now)
+                self._stop(part, Stopping.STOP, STOP_GRACE, now)
             elif code != 0:
                 part.failed = True
-                self._stop(part, "stop", STOP_GRACE, now)
+                self._stop(part, Stopping.STOP, STOP_GRACE, now)
             elif p.role == "chief":
                 part.chief_done = True
-                self._stop(part, "stop", SETTLE, now, sig=None)
+                self._stop(part, Stopping.STOP, SETTLE, now, sig=None)
         if part.alive and part.deadline is not None and now >= part.deadline:
             for p in part.alive:
                 log.info("job %s %s ignored the signal; killing it", part.job_id, p.name)
@@ -229,16 +250,17 @@ class Agent:
     def _stop(
         self,
         part: Part,
-        why: str,
+        why: Stopping,
         grace: float,
         now: float,
         sig: signal.Signals | None = signal.SIGTERM,
     ) -> None:
         """Send ``sig`` (None: nothing yet) and SIGKILL whatever is left after ``grace``."""
         part.stopping = why
-        part.deadline = now + grace
-        for p in part.alive if sig is not None else ():
-            p.signal(sig)
+        part.deadline = None if sig is signal.SIGKILL else now + grace  # nothing to ignore
+        if sig is not None:
+            for p in part.alive:
+                p.signal(sig)
 
     # --- messages ---------------------------------------------------------------------
     def _on_frame(self, frame: bytes) -> None:
@@ -276,8 +298,11 @@ class Agent:
             self.parts[job_id] = Part(job_id, restart, [proc])
 
     def _on_ok(self, msg: dict[str, Any]) -> None:
-        kind, fields = self._pending.pop(msg.get("id"), (None, {}))
+        kind, fields = self._pending.pop(msg.get("id") or 0, (None, {}))
         if kind == "register":
+            epoch = msg.get("epoch")
+            self.epoch = epoch if type(epoch) is int else 0
+            self._taken_refusals = 0
             self.registered.set()
         elif kind == "exited":
             part = self.parts.get(fields["job_id"])
@@ -285,18 +310,33 @@ class Agent:
                 del self.parts[part.job_id]
 
     def _on_error(self, msg: dict[str, Any]) -> None:
-        kind, _ = self._pending.pop(msg.get("id"), (None, {}))
+        kind, _ = self._pending.pop(msg.get("id") or 0, (None, {}))
         if msg.get("code") == "register":  # the coordinator restarted and forgot us
             # it answers in order: a message sent after our last register was refused, so
             # that register never reached this coordinator (it went to one that is gone)
-            if (msg.get("id") or 0) > self._register_id:
+            waiting = self._register_at is not None  # a refused register is tried later
+            if (msg.get("id") or 0) > self._register_id and not waiting:
                 log.warning("coordinator does not know this node; registering again")
                 self._register()
+        elif msg.get("code") in ("node_taken", "identity"):  # fleet.NODE_TAKEN, access.IDENTITY
+            self._taken_refusals += 1
+            log.error("coordinator refused %s: %s", kind or "register", msg["error"])
+            if self._taken_refusals >= MAX_TAKEN_REFUSALS:
+                self.refused = msg["error"]
+                self.stop.set()
+            else:
+                retry = msg.get("retry_after")
+                if not (isinstance(retry, int | float) and 0 < retry <= 3600):
+                    retry = 1.0
+                self._register_at = time.monotonic() + retry
         else:
             log.error("coordinator refused %s: %s", kind, msg["error"])
 
     def _on_launch(self, msg: dict[str, Any]) -> None:
         job_id, restart = msg["job_id"], msg["restart"]
+        if msg.get("epoch", self.epoch) != self.epoch:  # for an earlier connection of ours:
+            log.warning("ignored a launch of %s meant for connection %s", job_id, msg["epoch"])
+            return  # the coordinator loses it when our register's running list lacks it
         old = self.parts.get(job_id)
         if old is not None and old.restart >= restart:
             return  # a duplicate launch (resent after a reconnect): never run a job twice
@@ -370,7 +410,7 @@ class Agent:
 
     def _logdir(self, msg: dict[str, Any]) -> Path:
         """A job's logs live under its key, unique across coordinators (ids restart at j1)."""
-        return self.workdir / "logs" / (msg.get("job_key") or msg["job_id"])
+        return self.workdir / "logs" / str(msg.get("job_key") or msg["job_id"])
 
     def _part(self, msg: dict[str, Any]) -> Part | None:
         part = self.parts.get(msg["job_id"])
@@ -391,14 +431,14 @@ class Agent:
         except KeyError:
             log.error("preempt with unknown signal %r; using SIGTERM", msg["signal"])
             sig = signal.SIGTERM
-        self._stop(part, "preempt", float(msg["grace"]), time.monotonic(), sig)
+        self._stop(part, Stopping.PREEMPT, float(msg["grace"]), time.monotonic(), sig)
 
     def _on_kill(self, msg: dict[str, Any]) -> None:
         part = self._part(msg)
         if part is None or part.reported is not None:
             return
         grace = float(msg.get("grace") or 0.0)
-        self._stop(part, "kill", grace, time.monotonic(), None if grace else signal.SIGKILL)
+        self._stop(part, Stopping.KILL, grace, time.monotonic(), None if grace else signal.SIGKILL)
 
     def _on_fetch_logs(self, msg: dict[str, Any]) -> None:
         files = read_logs(self._logdir(msg), msg["offsets"], msg["limit"])

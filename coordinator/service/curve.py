@@ -15,6 +15,7 @@ import re
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import zmq
 import zmq.auth
@@ -124,13 +125,13 @@ class ClientKeys:
         assert secret is not None
         return cls(public, secret, server_public)
 
-    def apply(self, sock: zmq.Socket) -> None:
+    def apply(self, sock: zmq.Socket[Any]) -> None:
         sock.curve_publickey = self.public
         sock.curve_secretkey = self.secret
         sock.curve_serverkey = self.server_public
 
 
-def apply_server(sock: zmq.Socket, directory: Path) -> None:
+def apply_server(sock: zmq.Socket[Any], directory: Path) -> None:
     """Make ``sock`` a CURVE server with the keypair in ``directory``."""
     public, secret = _load(directory / f"{SERVER}.key_secret", secret=True)
     sock.curve_publickey = public
@@ -160,7 +161,7 @@ class Authenticator(zmq.auth.thread.ThreadAuthenticator):
     messages carry the name its public key is filed under, or none. The directory is read on
     every handshake, so ``tiresias keys add-*`` takes effect without a restart."""
 
-    def __init__(self, ctx: zmq.Context, directory: Path) -> None:
+    def __init__(self, ctx: zmq.Context[Any], directory: Path) -> None:
         super().__init__(ctx)
         self.directory = directory
 

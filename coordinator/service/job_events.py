@@ -43,6 +43,13 @@ class History:
             [(e.job_id, e.time, wall - (now - e.time), e.kind, e.text) for e in events],
         )
 
+    def note(self, job_id: str, now: float, kind: str, text: str) -> None:
+        """One event the job's runtime told (inside the caller's transaction)."""
+        self.db.execute(
+            "INSERT INTO job_events (job_id, time, wall, kind, text) VALUES (?, ?, ?, ?, ?)",
+            (job_id, now, time.time(), kind, text),
+        )
+
     def of(self, job_id: str) -> list[dict[str, Any]]:
         return job_events(self.db, job_id)
 

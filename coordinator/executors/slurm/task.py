@@ -24,14 +24,14 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
-from coordinator.service.parts import PREEMPTION_DEATHS
+from coordinator.executors.node import PREEMPTION_DEATHS, private_file
+from coordinator.service.executor import SETTLE
 from tiresias_launch.contract import EXIT_CHECKPOINTED
 
-#: Seconds the rest of a gang gets to end on its own once its chief completed (parameter
-#: servers never do) or one process failed (its peers cannot go on).
-SETTLE = 2.0
+#: Seconds between a task's looks at its job's fence file (a shared file system's read).
+FENCE_LOOK = 0.2
 CAUGHT = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1, signal.SIGUSR2, signal.SIGCONT)
 
 
@@ -50,15 +50,33 @@ def preempt_file(jobdir: Path, restart: int) -> Path:
     return jobdir / f"r{restart}" / "preempt.json"
 
 
+def fence_file(jobdir: Path) -> Path:
+    """Names the job's newest restart: a task of an older one stops its process."""
+    return jobdir / "fence.json"
+
+
+def fenced(jobdir: Path, restart: int) -> bool:
+    """Whether a newer start of the job has replaced start ``restart`` (``slurm.waits``)."""
+    try:
+        return int(json.loads(fence_file(jobdir).read_text())["restart"]) > restart
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
+
+
 def log_dir(jobdir: Path, node: str) -> Path:
     return jobdir / "logs" / node
 
 
-def write_json(path: Path, data: Any) -> None:
-    """Whole or not at all: readers on other nodes never see half a file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+def write_json(path: Path, data: Any, owner: tuple[int, int] | None = None) -> None:
+    """Whole or not at all (readers on other nodes never see half a file), mode 0600, owned
+    by ``owner`` (uid, gid) when given: the job's user, whose processes read it."""
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}")
-    tmp.write_text(json.dumps(data))
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        if owner is not None:
+            os.fchown(fd, *owner)
+        f.write(json.dumps(data))
     os.replace(tmp, path)
 
 
@@ -96,7 +114,7 @@ def batch(jobdir: Path) -> int:
         )
         return EXIT_CHECKPOINTED
     restart = gang["restart"]
-    if preempt_file(jobdir, restart).exists():  # preempted before it began: nothing ran
+    if fenced(jobdir, restart) or preempt_file(jobdir, restart).exists():  # nothing ran
         return EXIT_CHECKPOINTED
     steps = []
     for i, (node, procs) in enumerate(gang["parts"].items()):
@@ -105,8 +123,9 @@ def batch(jobdir: Path) -> int:
         cmd = [
             "srun", *where, f"--ntasks={len(procs)}",
             "--kill-on-bad-exit=0", "--overlap", f"--job-name={gang['job_id']}-{node}",
+            "--export=ALL",  # the batch step's own (else sbatch's --export list, narrowed)
             *([f"--gres=gpu:{gpus}"] if gpus else ["--gres=none"]),
-            sys.executable, "-m", "coordinator.service.slurm_task", "task",
+            sys.executable, "-m", "coordinator.executors.slurm.task", "task",
             str(jobdir), str(restart), node,
         ]  # fmt: skip
         steps.append(subprocess.Popen(cmd, stdin=subprocess.DEVNULL))
@@ -143,27 +162,43 @@ def task(jobdir: Path, restart: int, node: str) -> int:
     )
     name = f"{proc['role']}-{proc['task_index']}"
     logs = log_dir(jobdir, node)
-    logs.mkdir(parents=True, exist_ok=True)
+    logs.mkdir(mode=0o700, parents=True, exist_ok=True)
     for sig in CAUGHT:  # Slurm signals the process itself; a handler (unlike SIG_IGN) is
         signal.signal(sig, lambda *_: None)  # reset by exec, so the process sees its signals
-    with (logs / f"{name}.log").open("ab") as out:
+    with open(private_file(logs / f"{name}.log"), "ab") as out:
         out.write(f"=== {gang['job_id']} restart {restart} on {node} ===\n".encode())
         out.flush()
         try:
             child = subprocess.Popen(
                 proc["argv"], env=env, cwd=proc.get("cwd") or None, stdout=out,
-                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
             )  # fmt: skip
             with contextlib.suppress(OSError, ValueError, KeyError):  # signalled before it ran
                 sig = json.loads(preempt_file(jobdir, restart).read_text())["signal"]
                 child.send_signal(signal.Signals[sig])
-            code = child.wait()
+            code = wait_unless_fenced(child, jobdir, restart, out)
         except OSError as e:
             out.write(f"tiresias: cannot start {proc['argv'][:1]} on {node}: {e}\n".encode())
             code = 127
     record = {"node": node, "role": proc["role"], "task_index": proc["task_index"], "code": code}
     write_json(exit_dir(jobdir, restart) / f"{node}-{name}.json", record)
     return code if code >= 0 else 128 - code
+
+
+def wait_unless_fenced(
+    child: subprocess.Popen[bytes], jobdir: Path, restart: int, out: BinaryIO
+) -> int:
+    """The process' exit status; a process whose start a newer one replaced (its node lost
+    to Slurm, this copy still running) is killed with everything it started."""
+    while True:
+        try:
+            return child.wait(FENCE_LOOK)
+        except subprocess.TimeoutExpired:
+            if fenced(jobdir, restart):
+                out.write(b"tiresias: a newer start of this job replaced this one; stopping\n")
+                out.flush()
+                with contextlib.suppress(OSError):
+                    os.killpg(child.pid, signal.SIGKILL)
 
 
 def main(argv: list[str] | None = None) -> int:
