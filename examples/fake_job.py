@@ -69,6 +69,8 @@ def main() -> int:
     )
 
     reporter = _reporter()
+    if reporter is not None and reporter.env.elastic and chief:
+        reporter.note(resizable=True)  # no batch to keep: it runs the same at any world size
     stop = False
 
     def on_signal(signum: int, _frame: object) -> None:

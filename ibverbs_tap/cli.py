@@ -43,6 +43,7 @@ from tiresias_cli.kit import (
     passthrough,
     run,
     usage_error,
+    version_option,
     words,
 )
 from tiresias_cli.values import Checked
@@ -71,9 +72,9 @@ def cmd_profile(
     if not (math.isfinite(interval) and interval >= 0):
         usage_error("--interval must be 0 (no rates) or positive")
     if duration is not None and not (math.isfinite(duration) and duration > 0):
-        usage_error("--duration must be positive")
+        usage_error("--total must be positive")
     if interval == 0 and duration is not None:
-        usage_error("--duration needs a positive --interval")
+        usage_error("--total needs a positive --interval")
     duration = duration if duration is not None else interval
     windows = max(1, round(duration / interval)) if interval else 1
     before = {p.pid: p for p in _read(pid, gang)[0]}
@@ -90,7 +91,8 @@ def cmd_profile(
             if gang
             else None
         )
-        owners = socket_owners()
+        unnamed = (q.endpoint for p in profiles for q in p.peers if q.role is None)
+        owners = socket_owners(e for e in unnamed if e)
         after = {p.pid: labelled(p, owners, addresses) for p in profiles}
         report = profile_report(before, after, untraced, window, addresses)
         if as_json:
@@ -113,7 +115,7 @@ def _load_dump(path: str) -> list[ProcessProfile]:
 def _ps_cluster(
     ps: Sequence[str], tf_config: str | None, traced: bool, profiles: Sequence[ProcessProfile]
 ) -> Cluster:
-    """The parameter servers, by role: ``--ps``, else ``--tf-config``, else the TF_CONFIG
+    """The parameter servers, by role: ``--ps-addresses``, else ``--tf-config``, else the TF_CONFIG
     the ``traced`` processes started with (or the roles a dump's peers are named by), else
     ``$TF_CONFIG``."""
     if ps:
@@ -125,7 +127,9 @@ def _ps_cluster(
         return {"ps": found}
     if os.environ.get("TF_CONFIG"):
         return {"ps": ps_tasks(os.environ["TF_CONFIG"])}
-    raise TapError("no parameter servers: give --ps HOST:PORT…, --tf-config, or set TF_CONFIG")
+    raise TapError(
+        "no parameter servers: give --ps-addresses HOST:PORT…, --tf-config, or set TF_CONFIG"
+    )
 
 
 def cmd_skew(
@@ -234,6 +238,7 @@ def _gang(tree: bool, job: bool) -> str | None:
 
 
 @click.group("ibverbs-tap", cls=Group, help=DESCRIPTION)
+@version_option()
 def cli() -> None:
     pass
 
@@ -269,11 +274,12 @@ def run_command(out: str | None, command: tuple[str, ...]) -> int:
     help="seconds per rate window; 0: print the histograms at once, without rates",
 )
 @option(
-    "--duration",
+    "--total",
+    "duration",
     type=float,
     metavar="SECONDS",
     show_default="one window",
-    help="total seconds",
+    help="seconds to profile for, in windows of --interval",
 )
 @_gang_options(", summed per role and peer")
 @json_option("one JSON object per window")
@@ -283,12 +289,13 @@ def profile(
     return cmd_profile(pid, interval, duration, _gang(tree, job), as_json)
 
 
-@cli.command("skew", help="S_J: share of PS traffic on the busiest PS", greedy=["--ps"])
+@cli.command("skew", help="S_J: share of PS traffic on the busiest PS", greedy=["--ps-addresses"])
 @argument("pid", type=int, required=False, help="a traced process (e.g. a worker); or --dump")
 @option("--dump", metavar="FILE", help="a JSON summary written by `run --out` (instead of PID)")
 @_gang_options("")
 @option(
-    "--ps",
+    "--ps-addresses",
+    "ps",
     type=Checked(words, "HOST:PORT…"),
     default=None,
     show_default="from TF_CONFIG",

@@ -103,6 +103,13 @@ class Peer:
     role: str | None = None  # "ps0", "worker1": the TF task at this address (roles.py)
 
     @property
+    def endpoint(self) -> tuple[str, int] | None:
+        """(ip, port) of a TCP peer whose address parsed; None otherwise."""
+        if self.kind != "tcp" or self.host is None or self.port is None:
+            return None
+        return (self.host, self.port)
+
+    @property
     def key(self) -> str:
         return self.address if self.local_qpn is None else f"{self.address}/{self.local_qpn}"
 

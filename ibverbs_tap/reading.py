@@ -53,7 +53,8 @@ def _read(path: str | os.PathLike[str]) -> bytes:
 
 
 def _ticks(raw: bytes) -> int:
-    return HEADER.unpack_from(raw)[10]
+    ticks: int = HEADER.unpack_from(raw)[10]
+    return ticks
 
 
 def read_file(path: str | os.PathLike[str]) -> ProcessProfile:

@@ -111,7 +111,7 @@ def role_endpoints(cluster: Cluster, strict: bool = False) -> Endpoints:
 def label(profile: ProcessProfile, by_endpoint: Endpoints) -> ProcessProfile:
     """``profile`` with its TCP peers named by role where their address is a task's."""
     peers = tuple(
-        replace(p, role=by_endpoint.get((p.host, p.port), p.role)) if p.kind == "tcp" else p
+        replace(p, role=by_endpoint.get(p.endpoint, p.role)) if p.endpoint else p
         for p in profile.peers
     )
     return replace(profile, peers=peers)
@@ -130,11 +130,13 @@ def environ_tf_config(environ: Mapping[str, str]) -> Mapping[str, Any] | None:
 
 def own_role(environ: Mapping[str, str]) -> str | None:
     """This process's role: TF_CONFIG's task, else the Tiresias gang's TIRESIAS_ROLE and
-    TIRESIAS_TASK_INDEX; None when neither says."""
+    TIRESIAS_TASK_INDEX; None when neither says. A gang's all-reduce rank 0 (TF_CONFIG's
+    worker 0 in a cluster without a chief) is ``chief0``, as the gang's logs name it."""
     with contextlib.suppress(ValueError):
         task = (environ_tf_config(environ) or {}).get("task", {})
         if isinstance(task, dict) and "type" in task:
-            return f"{task['type']}{task.get('index', 0)}"
+            role = f"{task['type']}{task.get('index', 0)}"
+            return "chief0" if role == "worker0" and environ.get(C.ROLE) == "chief" else role
     if C.ROLE in environ:
         return f"{environ[C.ROLE]}{environ.get(C.TASK_INDEX, '0')}"
     return None
@@ -154,7 +156,7 @@ def gang_ps(pids: Iterable[int]) -> dict[int, str] | None:
         if ps is not None and found is not None and ps != found:
             raise ValueError(
                 "the traced processes name different parameter servers in TF_CONFIG; "
-                "give --ps HOST:PORT…"
+                "give --ps-addresses HOST:PORT…"
             )
         found = found or ps
     return found
@@ -172,7 +174,11 @@ def gang_addresses(environ: Mapping[str, str]) -> dict[str, str]:
         host = environ["HOROVOD_GLOO_RENDEZVOUS_ADDR"]
         found["rendezvous"] = f"{host}:{environ['HOROVOD_GLOO_RENDEZVOUS_PORT']}"
     with contextlib.suppress(ValueError):
-        found.update(roles(cluster_of(environ_tf_config(environ) or {})))
+        cluster = cluster_of(environ_tf_config(environ) or {})
+        tasks = roles(cluster)
+        if C.ROLE in environ and "chief" not in cluster and "worker0" in tasks:
+            tasks["chief0"] = tasks.pop("worker0")  # the gang's chief: an all-reduce rank 0
+        found.update(tasks)
     return found
 
 
@@ -210,9 +216,12 @@ def _hex_endpoint(text: str) -> tuple[str, int]:
     return str(ip), int(port, 16)
 
 
-def socket_owners() -> dict[tuple[str, int], int]:
-    """(ip, port) of every TCP socket in this network namespace -> a pid holding it (only
-    processes whose fds we may read)."""
+#: Reads of the TCP tables before a wanted socket counts as gone (``socket_owners``).
+TABLE_READS = 3
+
+
+def _tcp_sockets() -> dict[str, tuple[str, int]]:
+    """inode -> (ip, port) of the TCP sockets in /proc/net/tcp and tcp6 (one read each)."""
     by_inode: dict[str, tuple[str, int]] = {}
     for table in ("/proc/net/tcp", "/proc/net/tcp6"):
         try:
@@ -221,7 +230,24 @@ def socket_owners() -> dict[tuple[str, int], int]:
             continue
         for row in rows:
             fields = row.split()
-            by_inode[fields[9]] = _hex_endpoint(fields[1])
+            if fields[9] != "0":  # 0: no process holds it (TIME_WAIT, orphaned)
+                by_inode[fields[9]] = _hex_endpoint(fields[1])
+    return by_inode
+
+
+def socket_owners(wanted: Iterable[tuple[str, int]] = ()) -> dict[tuple[str, int], int]:
+    """(ip, port) of every TCP socket in this network namespace -> a pid holding it (only
+    processes whose fds we may read). The tables are no snapshot: the kernel resumes each
+    read at an offset in a hash bucket, so a socket that stays open is skipped when another
+    one before it closes meanwhile (busy machines close many). A ``wanted`` endpoint that
+    is missing is looked for again, up to ``TABLE_READS`` reads."""
+    missing = set(wanted)
+    by_inode: dict[str, tuple[str, int]] = {}
+    for _ in range(TABLE_READS):
+        by_inode |= _tcp_sockets()
+        missing -= set(by_inode.values())
+        if not missing:
+            break
     owners: dict[tuple[str, int], int] = {}
     for proc in Path("/proc").iterdir():
         if not proc.name.isdigit():
@@ -257,8 +283,8 @@ def labelled(
     if owners is None:
         return profile
     peers = tuple(
-        replace(p, role=own_role(environ_of(owners[(p.host, p.port)])))
-        if p.kind == "tcp" and p.role is None and (p.host, p.port) in owners
+        replace(p, role=own_role(environ_of(owners[p.endpoint])))
+        if p.endpoint and p.role is None and p.endpoint in owners
         else p
         for p in profile.peers
     )

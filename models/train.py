@@ -12,10 +12,14 @@ script runs on the chief and schedules every step onto the workers.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 import tensorflow as tf
 
+# models/ is in the checkout, not in the wheel
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from models import common
 
 try:

@@ -10,11 +10,15 @@ restores the same checkpoint, the ranks agree on the step to stop at, rank 0 wri
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 import horovod.tensorflow as hvd
 import tensorflow as tf
 
+# models/ is in the checkout, not in the wheel
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from models import common
 
 try:

@@ -13,10 +13,14 @@ does not support that strategy: run with ``TF_USE_LEGACY_KERAS=1``).
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 import tensorflow as tf
 
+# models/ is in the checkout, not in the wheel
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from models import common
 
 

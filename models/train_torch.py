@@ -13,12 +13,16 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
+# models/ is in the checkout, not in the wheel
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from models import flags, torch_nets
 
 try:

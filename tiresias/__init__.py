@@ -18,13 +18,24 @@ if TYPE_CHECKING:
 __all__ = ["EXIT_CHECKPOINTED", "State", "get_runtime", "preemptible", "report", "strategy"]
 
 
-def report(**fields: Any) -> None:
-    """Attach facts to the next progress report, e.g. ``report(skew=0.4)`` when the script
-    knows its skew better than the runtime (fields: skew, tensor_bytes)."""
+def report(step: int | None = None, **fields: Any) -> None:
+    """Tell the coordinator what only the script knows.
+
+    ``report(step=n)``, once per iteration (at its top, ``n`` the iterations done), from a
+    loop that checkpoints itself (no ``State``, no ``fit``): the coordinator then sees its
+    progress and, from a run's first call, the step it resumed at. ``report(skew=0.4)``
+    when the script knows its skew better than the runtime (fields: skew, tensor_bytes).
+    """
     unknown = set(fields) - {"skew", "tensor_bytes"}
     if unknown:
         raise ValueError(f"tiresias.report: unknown fields {sorted(unknown)}")
-    get_runtime().reporter.note(**fields)
+    if step is not None and (type(step) is not int or step < 0):
+        raise ValueError(f"tiresias.report: step must be a count of iterations, not {step!r}")
+    rt = get_runtime()
+    if fields:
+        rt.reporter.note(**fields)
+    if step is not None:
+        rt.step_reported(step)
 
 
 def __getattr__(name: str) -> Any:

@@ -7,6 +7,11 @@ manifest is never restored, so a process killed mid-write leaves the previous ch
 the newest complete one. The manifest also pins the job's identity (its key, unique across
 coordinators and state directories) and the model fingerprint, so a directory from another job
 or another model fails with a clear error instead of resuming someone else's training.
+
+Fencing: a store opened with a ``generation`` (the run's restart number) claims the directory
+for it when it restores (``GENERATION``), and a save from an older generation is refused just
+before its rename: a stale copy of the job (on a node cut off from its cluster) cannot commit
+a checkpoint over the run that replaced it.
 """
 
 from __future__ import annotations
@@ -24,6 +29,8 @@ from typing import Any
 MANIFEST = "MANIFEST.json"
 PREFIX = "ckpt-"
 TMP_PREFIX = ".tmp-" + PREFIX
+#: The newest generation (restart) that has claimed the directory.
+GENERATION = "GENERATION"
 #: Test hook: a file path. ``save`` creates it once the data files are written (before the
 #: manifest and the rename) and waits until it is deleted, so a test can SIGKILL the writer at
 #: exactly that point without sleeping.
@@ -94,11 +101,44 @@ def _wait_for_pause_hook() -> None:
 class CheckpointStore:
     """The checkpoint directory of one job: atomic saves, newest-complete restores, pruning."""
 
-    def __init__(self, root: Path, job_key: str, keep: int = 3, job_id: str | None = None) -> None:
+    def __init__(
+        self,
+        root: Path,
+        job_key: str,
+        keep: int = 3,
+        job_id: str | None = None,
+        generation: int | None = None,
+    ) -> None:
         self.root = root
         self.job_key = job_key
         self.job_id = job_id or job_key  # the short display id, recorded beside the key
         self.keep = keep
+        self.generation = generation  # this run's restart number (None: no fencing)
+        #: Checkpoints the last restore could not read, newest first, each with why.
+        self.damaged: list[tuple[Checkpoint, str]] = []
+
+    def _newest_generation(self) -> int:
+        try:
+            return int((self.root / GENERATION).read_text())
+        except (OSError, ValueError):
+            return -1
+
+    def claim(self) -> None:
+        """Record this run's generation; from now on an older run's saves are refused."""
+        if self.generation is None or self._newest_generation() >= self.generation:
+            return
+        self.root.mkdir(parents=True, exist_ok=True)
+        tmp = self.root / f".{GENERATION}.{os.getpid()}"
+        tmp.write_text(str(self.generation))
+        os.replace(tmp, self.root / GENERATION)
+
+    def _check_generation(self) -> None:
+        newest = self._newest_generation()
+        if self.generation is not None and newest > self.generation:
+            raise CheckpointError(
+                f"restart {newest} of this job runs now: this copy (restart {self.generation}) "
+                "is stale and may not write a checkpoint"
+            )
 
     def complete(self) -> list[Checkpoint]:
         """Complete checkpoints, newest first; incomplete or unreadable ones are skipped."""
@@ -149,6 +189,11 @@ class CheckpointStore:
             os.fsync(fh.fileno())
         _fsync_path(tmp)
         final = self.root / f"{PREFIX}{step:012d}"
+        try:
+            self._check_generation()
+        except CheckpointError:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
         if final.exists():  # this step is already durable; never swap out a complete one
             shutil.rmtree(tmp)
             return Checkpoint(final, Manifest(**json.loads((final / MANIFEST).read_text())))
@@ -192,19 +237,21 @@ class CheckpointStore:
         self, described: Sequence[str], read: Callable[[Checkpoint], None]
     ) -> Checkpoint | None:
         """Restore the newest complete checkpoint through ``read``; on a damaged one fall back
-        to the previous. ``None`` when there is none (first start)."""
-        candidates = self.complete()
-        failures = []
-        for ckpt in candidates:
+        to the previous (``damaged`` lists those skipped). ``None`` when there is none (first
+        start)."""
+        self.claim()
+        self.damaged = []
+        for ckpt in self.complete():
             self.check_compatible(ckpt, described)
             try:
                 read(ckpt)
             except CheckpointError:
                 raise
             except Exception as e:  # a damaged checkpoint: try the previous one
-                failures.append(f"{ckpt.path.name}: {type(e).__name__}: {e}")
+                self.damaged.append((ckpt, f"{type(e).__name__}: {e}"))
                 continue
             return ckpt
-        if failures:
+        if self.damaged:
+            failures = [f"{c.path.name}: {why}" for c, why in self.damaged]
             raise CheckpointError("every complete checkpoint is damaged:\n" + "\n".join(failures))
         return None

@@ -18,6 +18,13 @@ ROLE = "TIRESIAS_ROLE"
 TASK_INDEX = "TIRESIAS_TASK_INDEX"
 NUM_WORKERS = "TIRESIAS_NUM_WORKERS"
 NUM_PS = "TIRESIAS_NUM_PS"
+#: The top of the job's worker range: the world its global batch is defined at (a rigid job:
+#: its worker count). Absent: the job is rigid at TIRESIAS_NUM_WORKERS.
+MAX_WORKERS = "TIRESIAS_MAX_WORKERS"
+#: How a PyTorch rank below MAX_WORKERS keeps the global batch: "scale" (default) its per-rank
+#: batch by MAX/W, or "accumulate" MAX/W micro-steps of the script's batch (less memory).
+ELASTIC_BATCH = "TIRESIAS_ELASTIC_BATCH"
+ELASTIC_BATCHES = ("scale", "accumulate")
 MODE = "TIRESIAS_MODE"
 CHECKPOINT_DIR = "TIRESIAS_CHECKPOINT_DIR"
 RESTART_COUNT = "TIRESIAS_RESTART_COUNT"
@@ -31,6 +38,11 @@ RENDEZVOUS_WAIT_SECONDS = 300.0
 HOLD_AT_STEP = "TIRESIAS_HOLD_AT_STEP"
 JOB_TOKEN = "TIRESIAS_JOB_TOKEN"  # the job's secret; reports carry it (docs/security.md)
 SERVER_KEY = "TIRESIAS_SERVER_KEY"  # the coordinator's CURVE public key (Z85), over tcp://
+
+#: How a ``checkpointable_why`` ends for a job that keeps its own checkpoints (a
+#: CheckpointManager, BackupAndRestore, torch.save/torch.load): it is not restarted from
+#: step 0, and its lost work is not counted as all of its run.
+OWN_CHECKPOINTS = "it resumes from its own checkpoints"
 
 ROLES = ("chief", "worker", "ps")
 MODES = ("single", "ps", "allreduce", "horovod")
@@ -63,6 +75,10 @@ REPORT: dict[str, Field] = {
     "token": _OPT_STR,  # JOB_TOKEN: proves a runtime on an anonymous connection
     "checkpointable": ((bool, None), False),
     "checkpointable_why": _OPT_STR,
+    "notice": _OPT_STR,  # a fact for the job's history (inputs that changed on a resume)
+    # False: the runtime cannot keep the job's global batch at another world size, so it runs
+    # rigid; the coordinator pins the job's range to its current size. Absent/None: no claim.
+    "resizable": ((bool, None), False),
 }
 #: Report fields that are counts or durations: finite and >= 0.
 REPORT_AMOUNTS = ("task_index", "restart", "step", "iterations", "iter_time", "gpu_time")

@@ -17,12 +17,15 @@ from pathlib import Path
 from tiresias_launch.contract import (
     CHECKPOINT_DIR,
     COORDINATOR,
+    ELASTIC_BATCH,
+    ELASTIC_BATCHES,
     GPUS,
     HOLD_AT_STEP,
     JOB_ID,
     JOB_KEY,
     JOB_TOKEN,
     KEEP_CHECKPOINTS,
+    MAX_WORKERS,
     MODE,
     MODES,
     NUM_PS,
@@ -61,9 +64,19 @@ class LaunchEnv:
     gpus: int
     keep_checkpoints: int
     tf_config: Mapping[str, object] | None
-    hold_at_step: int | None = None
+    #: TIRESIAS_HOLD_AT_STEP: the run after r preemptions holds at the r-th of these steps.
+    hold_at_steps: tuple[int, ...] = ()
     token: str | None = None
     server_key: str | None = None
+    #: TIRESIAS_MAX_WORKERS: the world the job's global batch is defined at (None: rigid)
+    max_workers: int | None = None
+    #: TIRESIAS_ELASTIC_BATCH: "scale" the per-rank batch at a smaller world, or "accumulate"
+    elastic_batch: str = "scale"
+
+    @property
+    def elastic(self) -> bool:
+        """Whether the job may run at other world sizes (it asked for a range of workers)."""
+        return self.max_workers is not None
 
     @property
     def is_chief(self) -> bool:
@@ -91,6 +104,13 @@ def _int(env: Mapping[str, str], name: str, default: int, minimum: int = 0) -> i
     if value < minimum:
         raise EnvError(f"{name}={value}: must be >= {minimum}")
     return value
+
+
+def _steps(env: Mapping[str, str], name: str) -> tuple[int, ...]:
+    """A comma-separated list of step numbers (each >= 1); empty when unset."""
+    raw = env.get(name) or ""
+    parts = [p.strip() for p in raw.split(",")] if raw.strip() else []
+    return tuple(_int({name: p}, name, 0, minimum=1) for p in parts)
 
 
 def _choice(env: Mapping[str, str], name: str, default: str, allowed: tuple[str, ...]) -> str:
@@ -145,6 +165,7 @@ def parse(env: Mapping[str, str] | None = None) -> LaunchEnv:
     num_workers = _int(env, NUM_WORKERS, 1, minimum=1)
     num_ps = _int(env, NUM_PS, 0)
     task_index = _int(env, TASK_INDEX, 0)
+    max_workers = _int(env, MAX_WORKERS, 0, minimum=1) or None
     if mode == "ps" and num_ps < 1:
         raise EnvError(f"{MODE}=ps needs {NUM_PS} >= 1")
     if mode != "ps" and role == "ps":
@@ -169,7 +190,9 @@ def parse(env: Mapping[str, str] | None = None) -> LaunchEnv:
         gpus=_int(env, GPUS, 0),
         keep_checkpoints=_int(env, KEEP_CHECKPOINTS, 3, minimum=1),
         tf_config=_tf_config(env),
-        hold_at_step=_int(env, HOLD_AT_STEP, 0, minimum=1) or None,
+        hold_at_steps=_steps(env, HOLD_AT_STEP),
         token=env.get(JOB_TOKEN) or None,
         server_key=env.get(SERVER_KEY) or None,
+        max_workers=max_workers,
+        elastic_batch=_choice(env, ELASTIC_BATCH, "scale", ELASTIC_BATCHES),
     )

@@ -2,7 +2,8 @@
 
 ``patch_on_import({"pkg.module": patch})`` calls ``patch(module)`` right after ``pkg.module``
 executes (or now, if it already has); the Keras ``fit`` and Lightning ``Trainer.fit`` hooks
-both go through it. Nothing is imported that the script does not import itself.
+both go through it. Nothing is imported that the script does not import itself, and a patch
+that fails never fails the import.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ class _PatchingLoader(importlib.abc.Loader):
 
     def exec_module(self, module: ModuleType) -> None:
         self.inner.exec_module(module)
-        self.patch(module)
+        _apply(self.patch, module)
 
 
 class _PatchingFinder(importlib.abc.MetaPathFinder):
@@ -62,4 +63,20 @@ def patch_on_import(patches: Mapping[str, Patch]) -> None:
     finder.patches.update(patches)
     for name, patch in patches.items():
         if name in sys.modules:
-            patch(sys.modules[name])
+            _apply(patch, sys.modules[name])
+
+
+def _apply(patch: Patch, module: ModuleType) -> None:
+    """A patch never breaks the user's import: one that fails leaves the module as it is,
+    and the job is said to be uncheckpointable (patches check the names they use first,
+    ``tiresias_launch.compat``; this catches what they did not foresee)."""
+    try:
+        patch(module)
+    except Exception as e:
+        from tiresias_launch.runtime import get_runtime
+
+        get_runtime().cannot_checkpoint(
+            f"patching {module.__name__} failed ({type(e).__name__}: {e}), so it runs "
+            "unpatched: a preemption stops it and it restarts from its last own checkpoint "
+            "or step 0"
+        )

@@ -26,14 +26,16 @@ from dataclasses import dataclass, field
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
+from tiresias_launch import compat
 from tiresias_launch.checkpoint import Checkpoint, CheckpointError
 from tiresias_launch.imports import patch_on_import
-from tiresias_launch.keras_callbacks import history_record, make_callback_list
+from tiresias_launch.keras_backups import backs_up_itself
+from tiresias_launch.keras_callbacks import history_record, make_callback_list, step_reporter
 from tiresias_launch.keras_flavours import TARGETS, Flavour
 from tiresias_launch.runtime import Runtime, get_runtime
 
-if TYPE_CHECKING:  # it imports TensorFlow: only once a Keras fit runs
-    from tiresias_launch import keras_data
+if TYPE_CHECKING:  # they import TensorFlow: only once a Keras fit runs
+    from tiresias_launch import keras_data, keras_elastic
 
 log = logging.getLogger(__name__)
 
@@ -47,38 +49,32 @@ def install() -> None:
 
 
 def _patch_module(module: ModuleType) -> None:
-    model_cls = module.Model
+    feature = module.__name__
+    model_cls = getattr(module, "Model", None)
+    if model_cls is None or not hasattr(model_cls, "fit"):
+        compat.unpatched(feature, "its Keras fit", compat.INTERNALS[feature][0])
+        return
     if getattr(model_cls.fit, _PATCHED, False):
         return
     original = model_cls.fit
-    flavour = TARGETS[module.__name__]
+    flavour = TARGETS[feature]
 
     @functools.wraps(original)
     def fit(self: Any, *args: Any, **kwargs: Any) -> Any:
-        if _backs_up_itself(original, self, args, kwargs):
+        # the other names live in modules loaded by now: checked at the first call
+        moved = compat.first_missing(feature)
+        if moved is not None:
+            compat.unpatched(feature, "its Keras fit", moved)
             return original(self, *args, **kwargs)
+        backed_up = backs_up_itself(original, self, args, kwargs)
+        if backed_up is not None:  # its own backups, with a callback reporting its steps
+            reporter = step_reporter(flavour, get_runtime().step_done)
+            backed_up.arguments["callbacks"] = [*backed_up.arguments["callbacks"], reporter]
+            return original(*backed_up.args, **backed_up.kwargs)
         return _PreemptibleFit(original, flavour, self, args, kwargs).run()
 
     setattr(fit, _PATCHED, True)
     model_cls.fit = fit
-
-
-def _backs_up_itself(original: Callable[..., Any], *call: Any) -> bool:
-    """A ``fit`` with ``keras.callbacks.BackupAndRestore`` restores its own backup when it
-    starts: the runtime then neither restores nor checkpoints that call (never twice, never
-    over the script's own state), and the preemption signal keeps its default action."""
-    model, args, kwargs = call
-    try:
-        callbacks = inspect.signature(original).bind(model, *args, **kwargs).arguments
-    except TypeError:  # a wrong call: let fit itself say what is wrong
-        return False
-    if not any(type(c).__name__ == "BackupAndRestore" for c in callbacks.get("callbacks") or ()):
-        return False
-    get_runtime().cannot_checkpoint(
-        "its fit uses keras.callbacks.BackupAndRestore, so a preemption stops it and it "
-        "resumes from that callback's last backup"
-    )
-    return True
 
 
 @dataclass
@@ -90,6 +86,8 @@ class _Job:
     step: int = 0  # batches trained by the job, all fit calls and runs together
     restored: bool = False  # the runtime's one restore has been done
     finished: list[dict[str, Any]] = field(default_factory=list)  # History of each done call
+    #: Each call's batch at the job's largest world (elastic jobs: tiresias_launch.keras_elastic)
+    batches: dict[str, Any] = field(default_factory=dict)
 
     @property
     def position(self) -> dict[str, Any]:
@@ -110,6 +108,7 @@ def _the_job(rt: Runtime) -> _Job:
         complete = rt.store.complete()
         _job = _Job(complete[0] if complete else None)
         _job.finished = list(_job.position.get("finished_fits", []))
+        _job.batches = dict(_job.position.get("batches", {}))
     return _job
 
 
@@ -148,18 +147,36 @@ class _PreemptibleFit:
         self.source: keras_data.Source | None = None
         self.restored_callbacks: dict[str, Any] = {}  # callback state from the checkpoint
         self.restored_metrics: list[Any] = []  # metric totals of the partly done epoch
+        self.inputs: dict[str, Any] = {}  # their fingerprints (tiresias_launch.fingerprint)
+        self.batching: keras_elastic.Batching | None = None  # an elastic job's batch kept
+        self.metrics: dict[str, Any] = {}  # the metric totals the next checkpoint keeps
+
+    @property
+    def log_scale(self) -> int:
+        """tf_keras sums the replicas' metric results unless told otherwise, so a resized
+        run's logs are scaled to the largest world's (tiresias_launch.keras_elastic)."""
+        summed = getattr(self.model, "distribute_reduction_method", None) in ("auto", "sum")
+        return self.batching.log_scale if self.batching and summed else 1
 
     def arg(self, name: str) -> Any:
         """An argument of the user's call, or ``fit``'s default for it."""
         return self.arguments.get(name, self.defaults.get(name))
 
     def run(self) -> Any:
-        from tiresias_launch import keras_data
+        from tiresias_launch import horovod_elastic, keras_data, keras_elastic, keras_probe
 
         resume_call = self.job.resume_call
-        if resume_call is not None and self.call < resume_call:
-            return self._replay(self.job.finished[self.call])
+        finished = resume_call is not None and self.call < resume_call
         position = self.job.position if resume_call == self.call else {}
+        record = self.job.batches.get(str(self.call))
+        if self.rt.env.mode == "horovod":  # each rank its own batches
+            self.batching = horovod_elastic.keep_batch(self.rt, self.arg, record)
+        else:
+            learn = None if self.call else functools.partial(keras_probe.learn, self.rt, self.model)
+            self.batching = keras_elastic.keep_global_batch(self.rt, self.arg, record, learn)
+        self.arguments.update(self.batching.overrides)
+        if self.batching.record is not None:
+            self.job.batches[str(self.call)] = self.batching.record
         epochs, first_epoch = self.arg("epochs"), self.arg("initial_epoch") or 0
         strategy = getattr(self.model, "distribute_strategy", None)
         self.source = keras_data.source_for(
@@ -170,8 +187,21 @@ class _PreemptibleFit:
             getattr(strategy, "num_replicas_in_sync", 1),
             self.call,
         )
+        if finished:  # its input is left as the call left it: a later call continues it
+            record = self.job.finished[self.call]
+            self._replay_inputs(first_epoch, first_epoch + len(record["epoch"]), True)
+            self.source.replay_call(record)
+            return self._replay(record)
         epoch, batch = position.get("epoch", first_epoch), position.get("batch", 0)
         self.fit_step = position.get("fit_step", position.get("step", 0))  # older layouts
+        self.inputs = self._inputs()
+        if position:
+            from tiresias_launch.fingerprint import inputs_changed
+
+            self.source.resumes(self.rt.started)
+            inputs_changed(self.rt, position.get("inputs", {}), self.inputs)
+        # before the RNG states are restored
+        why_replay = self._replay_inputs(first_epoch, epoch, False)
         if position and not self.source.resumes_mid_epoch:
             log.warning(
                 "tiresias: %s; epoch %d restarts from its first batch (%d batches run twice)"
@@ -183,7 +213,9 @@ class _PreemptibleFit:
             self.fit_step -= batch
             batch = 0
         elif position and (
-            why := self.source.why_inexact or (batch and self.source.why_inexact_mid_epoch)
+            why := self.source.why_inexact
+            or why_replay
+            or (batch and self.source.why_inexact_mid_epoch)
         ):
             log.warning(
                 "tiresias: resuming at epoch %d, batch %d: %s draws new shuffle seeds, so "
@@ -192,7 +224,6 @@ class _PreemptibleFit:
                 batch,
                 why,
             )
-        self.source.replay_epochs(epoch - first_epoch)  # before the RNG states are restored
         self._prepare(resumed=bool(position))
         self.callbacks = make_callback_list(self.flavour)(self, epochs, position)
         if batch and self.flavour.starts_mid_epoch and self.source.stream:
@@ -201,9 +232,42 @@ class _PreemptibleFit:
             self._fit_in_phases(epoch, epochs, batch)
         history = self.callbacks.history
         self.job.finished.append(
-            {"model": self.model.name, "params": history.params, **history_record(history)}
+            {
+                "model": self.model.name,
+                "params": history.params,
+                **history_record(history),
+                **self.source.call_record(),
+            }
         )
         return history
+
+    def _replay_inputs(self, first_epoch: int, epoch: int, whole_call: bool) -> str:
+        """Replay the training and validation inputs' epochs ``first_epoch``..``epoch`` (of
+        a call that finished, ``whole_call``); why that was not exact ('' when it was)."""
+        from tiresias_launch import tf_data
+
+        assert self.source is not None
+        why = self.source.replay_epochs(epoch - first_epoch, whole_call)
+        if not tf_data.replay_validation(
+            self.arg("validation_data"),
+            self.arg("validation_freq"),
+            range(first_epoch, epoch),
+            self.flavour.validation_iterators,
+        ):
+            why = why or "a cached validation dataset reshuffling after its cache"
+        return why
+
+    def _inputs(self) -> dict[str, Any]:
+        """Fingerprints of the rows trained on and validated on (arrays: after the split)."""
+        from tiresias_launch import fingerprint, keras_data
+
+        training, validation = self.arg("x"), self.arg("validation_data")
+        if self.batching is not None and self.batching.unbatched is not None:  # any world
+            training = self.batching.unbatched
+        elif isinstance(self.source, keras_data.ArraySource):
+            training = self.source.tensors
+            validation = self.source.fixed.get("validation_data", validation)
+        return fingerprint.of_inputs(training=training, validation=validation)
 
     def _fit_in_phases(self, epoch: int, epochs: int, batch: int) -> None:
         """The rest of a partly done epoch as one fit, then the remaining epochs."""
@@ -255,11 +319,11 @@ class _PreemptibleFit:
     def _prepare(self, resumed: bool) -> None:
         """Join the gang, build the model if Keras would only build it in the first step,
         and restore (first call of the process) or adopt (later calls) the checkpointer."""
-        from tiresias_launch import keras_data
+        from tiresias_launch import keras_build
         from tiresias_launch.tensorflow import join_gang
 
         join_gang(self.rt, getattr(self.model, "distribute_strategy", None))
-        keras_data.build(self.model, self.source)
+        keras_build.build(self.model, self.source)
         if not _is_built(self.model):
             if resumed:
                 raise CheckpointError(
@@ -296,20 +360,20 @@ class _PreemptibleFit:
             self.job.step = restored.manifest.step
 
     def _extra_state(self) -> dict[str, Any]:
-        from tiresias_launch import keras_data
-
-        return {
-            "callbacks": self.callbacks.state() if self.callbacks else {},
-            "metrics": [v.numpy() for v in keras_data.metric_variables(self.model)],
-        }
+        return {"callbacks": self.callbacks.state() if self.callbacks else {}, **self.metrics}
 
     def _restore_extra(self, state: dict[str, Any]) -> None:
+        from tiresias_launch import keras_data
+
         self.restored_callbacks = state.get("callbacks", {})
-        self.restored_metrics = state.get("metrics", [])
+        self.restored_metrics = keras_data.restored_metrics(state, self.rt.env)
 
     def save(self) -> Checkpoint | None:
         if self.checkpointer is None:
             return None  # preempted before the first batch of an unbuilt model: nothing new
+        from tiresias_launch import keras_data
+
+        self.metrics = keras_data.saved_metrics(self.model, self.rt.env)  # every rank
         strategy = getattr(self.model, "distribute_strategy", None)
         position = {
             "epoch": self.epoch,
@@ -318,6 +382,8 @@ class _PreemptibleFit:
             "fit_call": self.call,
             "fit_step": self.fit_step,
             "finished_fits": self.job.finished,
+            "batches": self.job.batches,
+            "inputs": self.inputs,
             **(self.source.position() if self.source else {}),
         }
         return self.checkpointer.save(self.rt, self.job.step, position, strategy)

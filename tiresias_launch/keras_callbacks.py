@@ -32,6 +32,7 @@ class FitHooks(Protocol):
     model: Any
     source: Any
     restored_callbacks: dict[str, Any]
+    log_scale: int  # logged metric values are multiplied by it (an elastic job's, resized)
 
     def arg(self, name: str) -> Any: ...
     def epoch_begins(self, epoch: int, batch: int) -> None: ...
@@ -45,6 +46,11 @@ def history_record(history: Any) -> dict[str, Any]:
         "epoch": [int(e) for e in history.epoch],
         "history": {k: [float(v) for v in vs] for k, vs in history.history.items()},
     }
+
+
+def _metric_results(model: Any) -> dict[str, Any]:
+    results = getattr(model, "get_metrics_result", None)  # Keras 3
+    return dict(results()) if results is not None else {}
 
 
 def _callback_state(callback: Any) -> dict[str, Any] | None:
@@ -94,6 +100,7 @@ def make_callback_list(flavour: Flavour) -> Callable[..., Any]:
             self.start = 0  # batches of the next epoch already done
             self.last_phase = True
             self.began = self.ended = False
+            self.trained, self.totals = False, None
             self.resumed = bool(position)
             self.fit = fit
             verbose = flavour.verbosity(fit.arg("verbose"), fit.model)
@@ -143,6 +150,63 @@ def make_callback_list(flavour: Flavour) -> Callable[..., Any]:
             super().on_train_batch_begin(batch + self.offset, logs)
 
         def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
-            super().on_train_batch_end(batch + self.offset, logs)
+            self.trained = True
+            super().on_train_batch_end(batch + self.offset, self.scaled(logs))
+
+        def on_test_batch_end(self, batch: int, logs: Any = None) -> None:
+            super().on_test_batch_end(batch, self.scaled(logs))
+
+        def on_test_end(self, logs: Any = None) -> None:
+            super().on_test_end(self.scaled(logs))
+
+        def scaled(self, logs: Any) -> Any:
+            """The logs of the job's largest world (``FitHooks.log_scale``)."""
+            k = self.fit.log_scale
+            if k == 1 or not isinstance(logs, dict):
+                return logs
+            return {
+                n: v * k if isinstance(v, float | int) or hasattr(v, "dtype") else v
+                for n, v in logs.items()
+            }
+
+        # Keras 3 ends an epoch of unknown length with a batch that begins and never ends:
+        # a checkpoint taken there resumes into an epoch with no batches left, whose logs
+        # Keras leaves empty; they are the restored totals, read before validation.
+        def on_epoch_begin(self, epoch: int, logs: Any = None) -> None:
+            self.trained, self.totals = False, None
+            super().on_epoch_begin(epoch, logs)
+
+        def on_test_begin(self, logs: Any = None) -> None:
+            if not self.trained and self.totals is None:
+                self.totals = _metric_results(self.fit.model)
+            super().on_test_begin(logs)
+
+        def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
+            if not self.trained:
+                totals = self.totals if self.totals is not None else _metric_results(self.fit.model)
+                logs = {**totals, **(logs or {})}
+            super().on_epoch_end(epoch, self.scaled(logs))
 
     return ResumableCallbackList
+
+
+def step_reporter(flavour: Flavour, step_done: Callable[[int, float], None]) -> Any:
+    """A callback that only reports steps (epochs before × batches per epoch + batch), for a
+    ``fit`` left to its own backups: its first report after a restart tells the coordinator
+    where the backup resumed it, and so what the preemption lost."""
+    base = importlib.import_module(flavour.callbacks).Callback
+
+    class ReportSteps(base):  # type: ignore[misc, valid-type]
+        epoch, t0 = 0, 0.0
+
+        def on_epoch_begin(self, epoch: int, logs: Any = None) -> None:
+            self.epoch = epoch
+
+        def on_train_batch_begin(self, batch: int, logs: Any = None) -> None:
+            self.t0 = time.perf_counter()
+
+        def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
+            per_epoch = (self.params or {}).get("steps") or 0
+            step_done(self.epoch * per_epoch + batch + 1, time.perf_counter() - self.t0)
+
+    return ReportSteps()

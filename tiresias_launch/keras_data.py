@@ -7,7 +7,8 @@ phase of a resumed call (the rest of a partly done epoch, then whole epochs):
   fed by a ``tf.data`` pipeline that owns the per-epoch permutation (stateless, from a seed
   kept in the checkpoint), so a resumed epoch sees the same samples in the same order;
 - ``tf.data``: an infinite dataset is skipped by the batches consumed; a finite one is
-  skipped within the epoch, after its shuffle seeds were advanced by the epochs already run;
+  skipped within the epoch, after the epochs already run were replayed (their shuffle seeds
+  drawn, a cache filled by the first: :mod:`tiresias_launch.tf_data`);
 - Python generators: the batches consumed are drawn and dropped;
 - ``PyDataset`` / ``Sequence``: batch order owned like arrays, ``on_epoch_end`` replayed;
 - anything else cannot be positioned: the interrupted epoch restarts (logged).
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import inspect
+import logging
 import math
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
@@ -24,8 +26,13 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import tensorflow as tf
 
+from tiresias_launch import tf_data
+
 if TYPE_CHECKING:
+    from tiresias_launch.env import LaunchEnv
     from tiresias_launch.keras_flavours import Flavour
+
+log = logging.getLogger(__name__)
 
 
 class Source:
@@ -46,8 +53,21 @@ class Source:
         ``consumed`` batches of this call (a stream's position)."""
         return {}
 
-    def replay_epochs(self, epochs: int) -> None:
-        """Bring per-epoch state to where ``epochs`` whole epochs of this call left it."""
+    def replay_epochs(self, epochs: int, whole_call: bool = False) -> str:
+        """Bring per-epoch state to where ``epochs`` whole epochs of this call left it (and
+        the call's end, when it ``whole_call`` finished); why that could not be done exactly
+        ('' when it was)."""
+        return ""
+
+    def resumes(self, started: float) -> None:
+        """This call resumes from a checkpoint, in a process started at ``started``."""
+
+    def call_record(self) -> dict[str, Any]:
+        """What a finished call's record keeps to replay this input (``replay_call``)."""
+        return {}
+
+    def replay_call(self, record: dict[str, Any]) -> None:
+        """Leave this input where the finished call of ``record`` left it."""
 
     def epoch_begins(self, epoch: int) -> None:
         """``fit`` starts ``epoch`` (called from ``on_epoch_begin``)."""
@@ -88,7 +108,7 @@ def source_for(
         # a resumed stream continues one iterator: in one fit where Keras can start an epoch
         # at a batch, else through a generator (not under a multi-replica strategy)
         one_fit = flavour.starts_mid_epoch
-        return DatasetSource(x, per_epoch, flavour.dataset_iterators, one_fit, replicas == 1)
+        return DatasetSource(x, per_epoch, flavour, one_fit, replicas == 1)
     if isinstance(x, flavour.load(flavour.dataset_base)):
         if _batches(x) is None:
             return Opaque("an infinite PyDataset cannot be positioned", per_epoch)
@@ -210,7 +230,7 @@ class DatasetSource(Source):
         self,
         dataset: tf.data.Dataset,
         per_epoch: int | None,
-        iterators: tuple[int, int],
+        flavour: Flavour,
         one_fit: bool,
         bridge: bool,
     ) -> None:
@@ -219,18 +239,22 @@ class DatasetSource(Source):
         cardinality = int(dataset.cardinality())
         self.infinite = self.stream = cardinality == tf.data.INFINITE_CARDINALITY
         self.steps = per_epoch or (cardinality if cardinality >= 0 else None)
+        # an unknown batch count (list_files, TFRecords, filter) is iterated otherwise
+        unknown = cardinality == tf.data.UNKNOWN_CARDINALITY and not per_epoch
+        iterators = flavour.unknown_iterators if unknown else flavour.dataset_iterators
         self.iterators = iterators
         self.bridge = bridge
         self.iterator: Iterator[Any] | None = None  # the bridge's
-        self.reshuffles = _reshuffles(dataset)
-        if self.reshuffles and not self.infinite and per_epoch:
+        self.pipeline = tf_data.inspect(dataset)
+        reshuffles = self.pipeline.reshuffles
+        if reshuffles and not self.infinite and per_epoch:
             self.why_inexact = "a finite reshuffling dataset with steps_per_epoch"
-        elif self.reshuffles and self.infinite and not (one_fit or bridge):
+        elif reshuffles and self.infinite and not (one_fit or bridge):
             self.why_inexact = "an infinite reshuffling dataset under a multi-replica strategy"
         # a second fit (the epochs after a partly done one) makes its own unused iterator
         self.why_inexact_mid_epoch = (
             "a finite reshuffling dataset under tf_keras"
-            if self.reshuffles and not self.infinite and iterators[0]
+            if reshuffles and not self.infinite and iterators[0]
             else ""
         )
 
@@ -246,24 +270,19 @@ class DatasetSource(Source):
         drop = consumed if self.infinite else skip
         return {**overrides, "x": self.dataset.skip(drop) if drop else self.dataset}
 
-    def replay_epochs(self, epochs: int) -> None:
-        # each new iterator of a finite dataset draws the next shuffle seeds
-        if self.reshuffles and not self.infinite:
-            for _ in range(self.iterators[1] * epochs):
-                iter(self.dataset)
+    def resumes(self, started: float) -> None:
+        for lock in tf_data.remove_stale_cache_locks(self.pipeline.cache_files, started):
+            log.warning("tiresias: removed %s, left by the stopped run's cache", lock)
+
+    def replay_epochs(self, epochs: int, whole_call: bool = False) -> str:
+        made, fill_at = self.iterators[1] * epochs, self.iterators[0]
+        made += self.iterators[0] if whole_call else 0  # the resumed call makes its own
+        if self.infinite or tf_data.replay(self.dataset, self.pipeline, made, fill_at):
+            return ""
+        return "a cached dataset reshuffling after its cache, under tf_keras,"
 
     def sample(self) -> Any:
         return self.dataset.element_spec
-
-
-def _reshuffles(dataset: tf.data.Dataset) -> bool:
-    """Whether a new iterator of ``dataset`` shuffles differently (a ``shuffle`` with
-    ``reshuffle_each_iteration``, the default), read from the pipeline's graph."""
-    from tensorflow.core.framework import graph_pb2
-
-    graph = graph_pb2.GraphDef.FromString(dataset._as_serialized_graph().numpy())
-    nodes = [*graph.node, *(n for f in graph.library.function for n in f.node_def)]
-    return any(n.op.startswith("Shuffle") and n.attr["reshuffle_each_iteration"].b for n in nodes)
 
 
 def _iterate(stream: Iterator[Any]) -> Iterator[Any]:
@@ -271,12 +290,27 @@ def _iterate(stream: Iterator[Any]) -> Iterator[Any]:
 
 
 class GeneratorSource(Source):
-    """A Python generator: one stream across epochs (Keras needs ``steps_per_epoch``)."""
+    """A Python generator: one stream across epochs (Keras needs ``steps_per_epoch``), and
+    across the ``fit`` calls given the same generator: a finished call is replayed by
+    drawing what it drew (Keras draws ahead of the batches it trains, a varying number)."""
 
     def __init__(self, generator: Iterator[Any], per_epoch: int | None) -> None:
-        self.generator = generator
+        self.drawn = 0
+        self.generator = self._counted(generator)
         self.steps = per_epoch
         self.drained = False
+
+    def _counted(self, generator: Iterator[Any]) -> Iterator[Any]:
+        for item in generator:
+            self.drawn += 1
+            yield item
+
+    def call_record(self) -> dict[str, Any]:
+        return {"drawn": self.drawn}
+
+    def replay_call(self, record: dict[str, Any]) -> None:
+        for _ in range(record.get("drawn", 0)):
+            next(self.generator)
 
     def phase(self, epoch: int, skip: int, consumed: int) -> dict[str, Any]:
         if not self.drained:
@@ -329,9 +363,10 @@ class SequenceSource(Source):
     def epoch_begins(self, epoch: int) -> None:
         self.current.set_epoch(epoch)
 
-    def replay_epochs(self, epochs: int) -> None:
+    def replay_epochs(self, epochs: int, whole_call: bool = False) -> str:
         for _ in range(epochs):
             self.inner.on_epoch_end()
+        return ""
 
     def sample(self) -> Any:
         return self.inner[0]
@@ -368,34 +403,41 @@ def _view_class(base: type) -> type:
     return View
 
 
-def build(model: Any, source: Source | None) -> None:
-    """Build the model, its optimizer and its compiled metrics from a sample batch, as
-    ``fit`` would in its first step, so a checkpoint (metric totals of a partly done epoch
-    included) can be restored before training. No-op when they are built or without a
-    sample."""
-    sample = source.sample() if source else None
-    if sample is None:
-        return
-    if hasattr(model, "_symbolic_build"):  # Keras 3: shapes only, no computation
-        model._symbolic_build(data_batch=sample)
-        return
-    x, y = (
-        (sample[0], sample[1]) if isinstance(sample, tuple) and len(sample) > 1 else (sample, None)
-    )
-    with model.distribute_strategy.scope():
-        if not model.built:
-            model.build(tf.nest.map_structure(lambda t: tf.TensorShape(t.shape), x))
-        compiled = getattr(model, "compiled_metrics", None)
-        if y is not None and compiled is not None and not compiled.built:
-            y_pred = model(tf.nest.map_structure(_zeros, x), training=False)
-            model.compiled_loss.build(y_pred)
-            compiled.build(y_pred, tf.nest.map_structure(_zeros, y))
-
-
-def _zeros(t: Any) -> tf.Tensor:
-    """A one-sample batch of zeros shaped like the tensor or spec ``t``."""
-    return tf.zeros([d or 1 for d in t.shape], tf.as_dtype(t.dtype))
-
-
 def metric_variables(model: Any) -> list[Any]:
     return [v for m in model.metrics for v in m.variables]
+
+
+def saved_metrics(model: Any, env: LaunchEnv) -> dict[str, Any]:
+    """The metric totals a checkpoint keeps (every rank calls it at a save): the chief's, or
+    under Horovod every rank's (each rank logs its own), so that a resume gives each rank its
+    own (``restored_metrics``)."""
+    values = [v.numpy() for v in metric_variables(model)]
+    if env.mode != "horovod":
+        return {"metrics": values}
+    import horovod.tensorflow as hvd
+
+    gathered = [
+        hvd.allgather(tf.constant(v)[None], name=f"tiresias.metrics.{i}").numpy()
+        for i, v in enumerate(values)
+    ]
+    return {"rank_metrics": [[g[r] for g in gathered] for r in range(env.num_workers)]}
+
+
+def restored_metrics(state: dict[str, Any], env: LaunchEnv) -> list[Any]:
+    """This rank's metric totals from a checkpoint's (``saved_metrics``). At another world a
+    rank stands for other ranks of the largest world (``tiresias_launch.horovod_elastic``):
+    as Keras totals count samples, it takes the sum of the saved ranks it stands for (world
+    W0 >= W: those ``r mod W``), or its share of the one that stood for it (W0 < W: W0/W of
+    rank ``r mod W0``'s); their means are then those of the ranks it stands for."""
+    ranks = state.get("rank_metrics")
+    if ranks is None:
+        return state.get("metrics", [])
+    import horovod.tensorflow as hvd
+
+    n, world, rank = len(ranks), env.num_workers, hvd.rank()
+    mine = [s for s in range(n) if s % world == rank] if n >= world else [rank % n]
+    first = ranks[mine[0]]
+    return [
+        (np.mean([ranks[s][i] for s in mine], axis=0) * n / world).astype(first[i].dtype)
+        for i in range(len(first))
+    ]

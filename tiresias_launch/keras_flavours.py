@@ -24,6 +24,12 @@ class Flavour:
     #: Iterators fit creates of a finite tf.data dataset: (once per fit call, per epoch);
     #: each draws new shuffle seeds, so a resume must create as many first.
     dataset_iterators: tuple[int, int]
+    #: The same for a dataset whose batch count is unknown (it ends with an exhausted
+    #: iterator).
+    unknown_iterators: tuple[int, int]
+    #: Iterators made of a ``validation_data`` dataset per validation pass, and which of
+    #: them the pass iterates (the others draw seeds unused).
+    validation_iterators: tuple[int, int]
     #: fit can start an epoch at a batch (tf_keras: the hook BackupAndRestore uses), so a
     #: stream (infinite dataset) resumes in one fit over one iterator.
     starts_mid_epoch: bool
@@ -48,6 +54,8 @@ TARGETS = {
         "keras.src.backend:floatx",
         lambda verbose, model: verbose,  # Keras 3's ProgbarLogger resolves "auto" itself
         (0, 2),  # the epoch's, and one made for the next epoch and never used
+        (0, 1),  # the epoch's, iterated to its end (it calls a last batch that never ends)
+        (2, 0),  # the same for each evaluation
         False,
     ),
     "tf_keras.src.engine.training": Flavour(
@@ -57,6 +65,8 @@ TARGETS = {
         "tf_keras.src.backend:floatx",
         _tf_keras_verbosity,
         (1, 1),  # one made before the first epoch and never used, then the epoch's
+        (1, 1),
+        (2, 1),  # the same for each evaluation (one epoch)
         True,
     ),
 }

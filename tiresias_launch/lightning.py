@@ -34,6 +34,7 @@ from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
+from tiresias_launch import compat
 from tiresias_launch.imports import patch_on_import
 
 #: Lightning's two package names (``lightning`` bundles ``lightning.pytorch``).
@@ -51,14 +52,21 @@ def install() -> None:
 
 
 def _patch_trainer(module: ModuleType) -> None:
-    trainer_cls = module.Trainer
+    root = module.__name__.removesuffix(".trainer.trainer")
+    trainer_cls = getattr(module, "Trainer", None)
+    if trainer_cls is None or not hasattr(trainer_cls, "fit"):
+        compat.unpatched(root, "its Lightning fit", compat.INTERNALS[root][0])
+        return
     if getattr(trainer_cls.fit, _PATCHED, False):
         return
     original = trainer_cls.fit
-    root = module.__name__.removesuffix(".trainer.trainer")
 
     @functools.wraps(original)
     def fit(self: Any, *args: Any, **kwargs: Any) -> Any:
+        moved = compat.first_missing(root, on=self)
+        if moved is not None:
+            compat.unpatched(root, "its Lightning fit", moved)
+            return original(self, *args, **kwargs)
         try:
             call = inspect.signature(original).bind(self, *args, **kwargs)
         except TypeError:  # a wrong call: let fit itself say what is wrong
@@ -75,9 +83,9 @@ def _patch_fit_loop(module: ModuleType) -> None:
     """The fit loop builds its training loaders through ``_process_dataloader`` (which may
     re-instantiate them with a ``DistributedSampler``) and starts iterating them right after:
     the one place to make them resumable."""
-    original = module._process_dataloader
-    if getattr(original, _PATCHED, False):
-        return
+    original = getattr(module, "_process_dataloader", None)
+    if original is None or getattr(original, _PATCHED, False):
+        return  # moved: the patched fit finds it missing and runs unpatched
 
     @functools.wraps(original)
     def process(trainer: Any, *args: Any, **kwargs: Any) -> Any:

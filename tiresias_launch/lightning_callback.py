@@ -16,18 +16,26 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from tiresias_launch import elastic, torch_resize
 from tiresias_launch.checkpoint import Checkpoint
 from tiresias_launch.runtime import Runtime, get_runtime
 from tiresias_launch.torch import (
     describe,
     join_gang,
     resumable,
+    resume_pass,
     rng_states,
     set_rng_states,
     tensor_bytes,
 )
 
 CKPT_FILE = "lightning.ckpt"
+#: Why a Lightning job that needs gradient accumulation at a smaller world runs rigid: its
+#: loops count micro-batches, which a resumed epoch would have to translate.
+NO_ACCUMULATION = (
+    "it would accumulate gradients (TIRESIAS_ELASTIC_BATCH=accumulate, or a DataLoader of "
+    "single samples), which the runtime does not do under Lightning"
+)
 
 
 def callback(root: str, trainer: Any, model: torch.nn.Module) -> Any:
@@ -106,7 +114,9 @@ class _Preemption:
         """Called by our restore, and by Lightning once it has loaded the checkpoint."""
         self.resume = state
         self.step, self.position = state["step"], dict(state["position"])
-        mine = state["ranks"][self._rank()]
+        ranks = state["ranks"]
+        # at another world every rank takes the chief's states, as its DDP ranks share them
+        mine = ranks[self._rank()] if len(ranks) == self.trainer.world_size else ranks[0]
         self._first_batch = {"rng": mine["rng"], "stepped": state["stepped"]}
         self._pending_passes = list(mine["passes"])
 
@@ -124,15 +134,31 @@ class _Preemption:
         and skips the batches already trained."""
         if not isinstance(loader, torch.utils.data.DataLoader):
             return loader
+        per_rank = self._keep_global_batch(loader)
         sampler = resumable(loader.batch_sampler or loader.sampler)
         if self._pending_passes:
-            sampler._tiresias_skip = self.position["batch"]
-            sampler._tiresias_start = self._pending_passes.pop(0)
+            elastic.resumed(self.rt, (self.resume or {}).get("world"), per_rank)
+            resume_pass(sampler, self.position["batch"], self._pending_passes.pop(0))
             # Lightning starts this iterator before it sets the sampler's epoch
             for s in (loader.sampler, getattr(loader.batch_sampler, "sampler", None)):
                 if hasattr(s, "set_epoch"):
                     s.set_epoch(self.position["epoch"])
         return loader
+
+    def _keep_global_batch(self, loader: torch.utils.data.DataLoader[Any]) -> str:
+        """An elastic job's training loader yields its largest world's global batches
+        (tiresias_launch.torch_resize), or the job runs rigid; what each rank takes."""
+        env = self.rt.env
+        if not env.elastic:
+            return ""
+        factor = elastic.factor(env)
+        why = factor if isinstance(factor, str) else torch_resize.why_not(loader, env)
+        if env.elastic_batch == "accumulate" or torch_resize.micro_steps_only(loader):
+            why = why or NO_ACCUMULATION
+        elastic.declare(self.rt, why)
+        if why is not None or isinstance(factor, str) or not self.rt.resizable:
+            return ""
+        return torch_resize.rescale(loader, factor, env.max_workers or factor)
 
     # -- hooks ----------------------------------------------------------------------------
     def on_train_start(self, trainer: Any, pl_module: Any) -> None:
@@ -189,12 +215,14 @@ class _Preemption:
             "stepped": trainer.fit_loop.epoch_loop._batches_that_stepped,
             "ranks": ranks,
             "loggers": [logger.version for logger in trainer.loggers],
+            "world": trainer.world_size,
         }
 
         def write(directory: Path) -> None:
             trainer.save_checkpoint(directory / CKPT_FILE, weights_only=False)
 
-        ckpt = self.rt.save(self.step, self.described, write, self.position, every_rank_writes=True)
+        position = {**self.position, "world": trainer.world_size}
+        ckpt = self.rt.save(self.step, self.described, write, position, every_rank_writes=True)
         for logger in trainer.loggers:  # the process exits next: flush what was logged
             logger.finalize("preempted")
         return ckpt

@@ -74,10 +74,11 @@ class GpuClock:
             import pynvml
 
             try:
-                return sum(
+                used: float = sum(
                     pynvml.nvmlDeviceGetAccountingStats(h, os.getpid()).time / 1000.0
                     for h in self._handles
                 )
+                return used
             except Exception:
                 self._handles = []
         return self.gpus * (time.monotonic() - self.start)
@@ -108,11 +109,13 @@ class Reporter:
     def enabled(self) -> bool:
         return self._thread is not None
 
-    def step_done(self, step: int, seconds: float) -> None:
-        """Called on the training thread once per iteration."""
+    def step_done(self, step: int, seconds: float, iterations: int = 1) -> None:
+        """Called on the training thread: ``iterations`` more done in ``seconds`` (one per
+        iteration, or those since a script's last ``tiresias.report(step=…)``), ``step``
+        done in all."""
         with self._lock:
             self.step = step
-            self._iterations += 1
+            self._iterations += iterations
             self._iter_seconds += seconds
 
     def keepalive(self) -> None:
@@ -121,8 +124,8 @@ class Reporter:
             self._keepalive = True
 
     def note(self, **fields: Any) -> None:
-        """One-off facts (checkpoint, warmup, skew, tensor_bytes, checkpointable) for the
-        next report."""
+        """One-off facts (checkpoint, warmup, skew, tensor_bytes, checkpointable, notice,
+        resizable) for the next report."""
         with self._lock:
             self._pending.update(fields)
 
@@ -154,6 +157,8 @@ class Reporter:
             "token": e.token,
             "checkpointable": pending.get("checkpointable"),
             "checkpointable_why": pending.get("checkpointable_why"),
+            "notice": pending.get("notice"),
+            "resizable": pending.get("resizable"),
         }
 
     def _enqueue(self) -> None:
@@ -186,7 +191,7 @@ class Reporter:
             sock.close()
             ctx.term()
 
-    def _send(self, sock: zmq.Socket, patience: float) -> None:
+    def _send(self, sock: zmq.Socket[bytes], patience: float) -> None:
         deadline = time.monotonic() + patience
         while self._queue:
             try:

@@ -35,13 +35,16 @@ ReduceSum = Callable[[Sequence[float]], Sequence[float]]
 
 
 def process_start_time() -> float:
-    """Wall-clock time this process was started (Linux /proc), else now."""
+    """Wall-clock time this process was started (Linux /proc), else now. Measured back from
+    now on the boot clock that /proc counts start ticks on: /proc/stat's ``btime`` is whole
+    seconds, up to a second early, so a file the stopped run wrote just before this run
+    started would look newer than this run."""
     try:
-        ticks = start_ticks()
-        with open("/proc/stat") as fh:
-            btime = next(int(line.split()[1]) for line in fh if line.startswith("btime"))
-        return btime + ticks / os.sysconf("SC_CLK_TCK")
-    except (OSError, ValueError, IndexError, StopIteration):
+        since_start = time.clock_gettime(time.CLOCK_BOOTTIME) - start_ticks() / os.sysconf(
+            "SC_CLK_TCK"
+        )
+        return time.time() - since_start
+    except (OSError, ValueError, IndexError):
         return time.time()
 
 
@@ -94,6 +97,7 @@ class Runtime:
             self.env.job_key,
             keep=self.env.keep_checkpoints,
             job_id=self.env.job_id,
+            generation=self.env.restart,  # a stale copy of an older restart cannot save
         )
         self.reporter = Reporter(self.env)
         atexit.register(self.reporter.close)  # last report of scripts not run through exec
@@ -103,12 +107,15 @@ class Runtime:
         #: Called when the script returns normally after the preemption signal (its loop had
         #: already ended): a last checkpoint, so that exit becomes a resumable 75.
         self.save_at_exit: Callable[[], object] | None = None
+        #: Whether this elastic job keeps its global batch at other worlds (tiresias_launch.elastic)
+        self.resizable: bool | None = None
         self.agreement: Agreement | None = None
         self.barrier: Callable[[], None] | None = None
         self._warmup: dict[str, float] | None = None
         self._steps = 0
         self._step_seconds = 0.0
         self._at_next_step: list[Callable[[], None]] = []
+        self._last_reported: tuple[int, float] | None = None  # tiresias.report(step=…)
 
     def install_signal_handlers(self) -> None:
         """(Re)claim the preemption signals. Called again once the framework is up because
@@ -149,6 +156,8 @@ class Runtime:
         if self.env.is_chief:
             self.store.remove_stale_temporaries()
         ckpt = self.store.restore(described, read)
+        if ckpt is not None and self.store.damaged:
+            self._fell_back(ckpt)
         self.restored_step = ckpt.manifest.step if ckpt else 0
         self._resumed = ckpt
         self._warmup = {
@@ -157,6 +166,19 @@ class Runtime:
             "step": self.restored_step,
         }
         return ckpt
+
+    def _fell_back(self, ckpt: Checkpoint) -> None:
+        """Say that newer checkpoints could not be read, so their steps are trained again
+        (in the log, and in the job's history through the next report)."""
+        newest, why = self.store.damaged[0]
+        line = (
+            f"the checkpoint at step {newest.manifest.step} could not be read ({why}); "
+            f"resumed from the one at step {ckpt.manifest.step}, so the "
+            f"{newest.manifest.step - ckpt.manifest.step} steps after it are trained again"
+        )
+        if self.env.is_chief:
+            self.say(line)
+            self.reporter.note(notice=line)
 
     # -- every iteration ----------------------------------------------------------------
     def step_done(self, step: int, seconds: float) -> None:
@@ -170,6 +192,16 @@ class Runtime:
         self._step_seconds += seconds
         self.reporter.step_done(step, seconds)
 
+    def step_reported(self, step: int) -> None:
+        """``tiresias.report(step=…)``: the iterations since the last call, timed between
+        the calls; a run's first call only says where the run is (nothing timed yet)."""
+        now = time.monotonic()
+        last, self._last_reported = self._last_reported, (step, now)
+        if last is None or step <= last[0]:  # the first call, or a loop that counts anew
+            self.reporter.step_done(step, 0.0, iterations=0)
+            return
+        self.reporter.step_done(step, now - last[1], iterations=step - last[0])
+
     def at_next_step(self, fn: Callable[[], None]) -> None:
         """Run ``fn`` once, at the next step boundary (before the stop check): for restores
         that must happen after the script's own set-up, such as RNG states a data loader's
@@ -182,12 +214,20 @@ class Runtime:
             self.claim()
         while self._at_next_step:
             self._at_next_step.pop(0)()
-        if step == self.env.hold_at_step and (self.restored_step or 0) < step:
+        if step == self._hold_step() and (self.restored_step or 0) < step:
             self._hold_until_preempted(step)
         if self.agreement is None:
             return bool(self.flag)
         mean = self._step_seconds / self._steps if self._steps else 0.0
         return self.agreement.should_stop(step, bool(self.flag), mean)
+
+    def _hold_step(self) -> int | None:
+        """The step this run holds at: the r-th of TIRESIAS_HOLD_AT_STEP's steps in the run
+        after r preemptions, reached for the first time. With one step only the first run
+        holds, so a job preempted before its hold is not held again for ever; a list
+        preempts a test's job at one chosen step per run (4 → 2 → 4 resizes)."""
+        steps = self.env.hold_at_steps
+        return steps[self.env.restart] if self.env.restart < len(steps) else None
 
     def _hold_until_preempted(self, step: int) -> None:
         """``TIRESIAS_HOLD_AT_STEP``: wait at this boundary for the preemption signal, so a

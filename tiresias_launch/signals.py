@@ -16,7 +16,8 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from types import FrameType
 
 
@@ -67,3 +68,38 @@ class PreemptFlag:
         sys.stderr.flush()
         signal.signal(signum, signal.SIG_DFL)
         os.kill(os.getpid(), signum)
+
+
+class HeldDuringWrites:
+    """Holds the preemption signals back while a script writes its own backup, then hands
+    one that arrived to the handler it had before (its default action: the process stops as
+    a plain run would, once the write is whole). Keras 3's ``BackupAndRestore`` overwrites
+    its weights file in place, then its metadata: a stop in between leaves a backup that
+    cannot be read, or one epoch's weights under the number of the epoch before."""
+
+    def __init__(self, signals: Iterable[signal.Signals]) -> None:
+        self.signals = tuple(signals)
+        self.pending: int | None = None
+
+    @contextmanager
+    def write(self) -> Iterator[None]:
+        """Hold the signals for the block (only the main thread can; elsewhere it is a
+        plain block)."""
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+        before = {sig: signal.signal(sig, self._hold) for sig in self.signals}
+        try:
+            yield
+        finally:
+            for sig, handler in before.items():
+                signal.signal(sig, handler)
+            if self.pending is not None:
+                arrived, self.pending = self.pending, None
+                sys.stdout.flush()
+                sys.stderr.flush()
+                signal.raise_signal(arrived)
+
+    def _hold(self, signum: int, _frame: FrameType | None) -> None:
+        if self.pending is None:
+            self.pending = signum

@@ -12,6 +12,9 @@ An epoch loop over a PyTorch ``DataLoader`` resumes mid-epoch when the loader is
         for x, y in loader:                  # a resumed epoch yields only its unseen batches
             train_step(x, y)                 # decorated with @tiresias.preemptible
 
+An elastic PyTorch job that accumulates gradients below its largest world runs each step as
+several calls of the step function (micro-steps); the stop check comes only between steps.
+
 The loop logic (stop checks at step boundaries, step timing, the step, epoch and batch as the
 data position) is the same for every framework; what is saved and how the gang agrees to
 stop belongs to the framework's checkpointer (``tiresias_launch.tensorflow.Checkpointer``,
@@ -26,11 +29,20 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, ParamSpec, Protocol, TypeVar
 
+from tiresias_launch import fingerprint
 from tiresias_launch.checkpoint import Checkpoint
 from tiresias_launch.runtime import Runtime, get_runtime
 
 P = ParamSpec("P")
 R = TypeVar("R")
+
+
+class MicroSteps(Protocol):
+    """Gradient accumulation: each step runs as ``count`` calls of the loop's step."""
+
+    count: int
+
+    def begin(self, index: int) -> None: ...
 
 
 class FrameworkCheckpointer(Protocol):
@@ -46,6 +58,9 @@ class FrameworkCheckpointer(Protocol):
     def facts(self, num_ps: int) -> dict[str, Any]: ...
 
     def begin_epoch(self, epoch: int, skip_batches: int) -> None: ...
+
+    @property
+    def accumulation(self) -> MicroSteps | None: ...
 
 
 def checkpointer_for(objects: Mapping[str, Any]) -> FrameworkCheckpointer:
@@ -82,6 +97,10 @@ class State:
         self._rt.reporter.note(**self._checkpointer.facts(self._rt.env.num_ps))
         self._rt.save_at_exit = self.save
         self._by_epoch = "epoch" in position  # the position has epochs once epochs() ran
+        self._inputs = fingerprint.of_state(objects)
+        self._micro, self._calls, self._micro_seconds = 0, 0, 0.0  # micro-steps of this step
+        if self.restored:
+            fingerprint.inputs_changed(self._rt, position.get("inputs", {}), self._inputs)
         State._current = self
 
     @classmethod
@@ -93,11 +112,11 @@ class State:
     def steps(self, total: int) -> Iterator[int]:
         """Yield step numbers from the restored step up to ``total``; at a step boundary where
         the gang agrees to stop, checkpoint and exit with EXIT_CHECKPOINTED."""
-        while self.step < total:
+        while self.step < total or self._micro:  # a step's micro-steps all run
             self.before_step()
-            before, t0 = self.step, time.perf_counter()
+            before, t0 = self._calls, time.perf_counter()
             yield self.step
-            if self.step == before:  # not already counted by a @preemptible step function
+            if self._calls == before:  # not already counted by a @preemptible step function
                 self.after_step(time.perf_counter() - t0)
 
     def epochs(self, total: int) -> Iterator[int]:
@@ -112,16 +131,33 @@ class State:
             self._epoch_start = self.step
 
     def before_step(self) -> None:
-        if self._rt.should_stop(self.step):
+        """A stop can only come between steps; a micro-step tells the accumulation its place."""
+        if self._micro == 0 and self._rt.should_stop(self.step):
             self._rt.stop(self.save)
+        accumulation = self._checkpointer.accumulation
+        if accumulation is not None:
+            accumulation.begin(self._micro)
 
     def after_step(self, seconds: float) -> None:
-        self.step += 1
-        self._rt.step_done(self.step, seconds)
+        """Count the call; ``step`` is the step being trained from its first micro-step on,
+        and it is done (timed, reported) after its last."""
+        accumulation = self._checkpointer.accumulation
+        count = accumulation.count if accumulation is not None else 1
+        self._calls += 1
+        if self._micro == 0:
+            self.step += 1
+        self._micro, self._micro_seconds = self._micro + 1, self._micro_seconds + seconds
+        if self._micro == count:
+            self._rt.step_done(self.step, self._micro_seconds)
+            self._micro, self._micro_seconds = 0, 0.0
 
     def save(self) -> Checkpoint | None:
         """Write a checkpoint of the current step (the chief's copy is kept)."""
-        position: dict[str, int] = {"step": self.step}
+        position: dict[str, Any] = {
+            "step": self.step,
+            "inputs": self._inputs,
+            "world": self._rt.env.num_workers,  # the batches a resize must re-deal
+        }
         if self._by_epoch:
             position |= {"epoch": self.epoch, "batch": self.step - self._epoch_start}
         return self._checkpointer.save(self._rt, self.step, position)

@@ -17,10 +17,16 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
+from tiresias_launch import elastic
 from tiresias_launch.checkpoint import Checkpoint, describe_variables
 from tiresias_launch.runtime import Agreement, ReduceSum, Runtime, get_runtime
 
 _strategy: tf.distribute.Strategy | None = None
+#: Why an elastic job's TensorFlow custom loop runs rigid.
+STATE_RIGID = (
+    "a TensorFlow custom loop makes its own batches from its world, which the runtime "
+    "cannot deal again at another world"
+)
 
 
 def strategy() -> tf.distribute.Strategy:
@@ -151,6 +157,8 @@ class Checkpointer:
     the gang shape needs (shared by ``State`` and the Keras ``fit`` hook); ``extra`` adds
     picklable Python state (the Keras hook's callback state)."""
 
+    accumulation = None  # every step is one step (gradient accumulation: PyTorch only)
+
     def __init__(self, trackables: dict[str, Any], extra: ExtraState | None = None) -> None:
         variables = _model_variables(trackables)
         if not variables:
@@ -173,6 +181,7 @@ class Checkpointer:
 
     def join(self, rt: Runtime) -> None:
         join_gang(rt, self.strategy)
+        elastic.declare(rt, STATE_RIGID)
 
     def facts(self, num_ps: int) -> dict[str, Any]:
         return tensor_facts(self.trainable, num_ps)

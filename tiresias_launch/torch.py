@@ -29,8 +29,10 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
+from tiresias_launch import elastic, torch_resize
 from tiresias_launch.checkpoint import Checkpoint
 from tiresias_launch.runtime import Agreement, ReduceSum, Runtime
+from tiresias_launch.torch_accumulate import Accumulation
 
 STATE_FILE = "state.pt"
 
@@ -69,8 +71,22 @@ def resumable(sampler: Any) -> Any:
         "_tiresias_start": None,
         "_tiresias_pass_rng": None,
     }
-    sampler.__class__ = type(f"Resumable{cls.__name__}", (cls,), members)
+    try:
+        sampler.__class__ = type(f"Resumable{cls.__name__}", (cls,), members)
+    except TypeError as e:  # a class that refuses it (another layout, a C type): say so
+        from tiresias_launch.runtime import get_runtime
+
+        get_runtime().say(
+            f"cannot checkpoint the data position exactly: the loader's {cls.__name__} cannot "
+            f"be made resumable ({e}); an interrupted epoch restarts from its first batch"
+        )
     return sampler
+
+
+def resume_pass(sampler: Any, skip: int, start: Any) -> None:
+    """Tell a resumable sampler's next pass where to start (others restart the epoch)."""
+    if getattr(type(sampler), "_tiresias_resumable", False):
+        sampler._tiresias_skip, sampler._tiresias_start = skip, start
 
 
 def rng_states() -> dict[str, Any]:
@@ -175,10 +191,45 @@ class TorchCheckpointer:
             raise ValueError("tiresias.State needs the model (a torch.nn.Module), e.g. model=…")
         self.described = describe(self.modules)
         self.sharded = _sharded(self.objects)
+        self._per_rank = ""  # what each rank takes of the global batch (elastic jobs)
+        self.accumulation: Accumulation | None = None  # micro-steps below the largest world
 
     def join(self, rt: Runtime) -> None:
-        """Collective stop decisions in multi-process gangs (idempotent)."""
+        """Collective stop decisions in multi-process gangs (idempotent); an elastic job's
+        loaders yield its largest world's global batches, or it runs rigid."""
         join_gang(rt)
+        elastic.declare(rt, self._keep_global_batch(rt))
+
+    def _keep_global_batch(self, rt: Runtime) -> str | None:
+        """Rescale every loader for this world (tiresias_launch.torch_resize); why not, or
+        None when done (or the job is rigid)."""
+        env = rt.env
+        if not env.elastic:
+            return None
+        factor = elastic.factor(env)
+        if isinstance(factor, str):
+            return factor
+        if not self.loaders:
+            return (
+                "tiresias.State was given no DataLoader (loader=…), so the runtime cannot "
+                "scale its per-rank batch"
+            )
+        for loader, _ in self.loaders:
+            why = torch_resize.why_not(loader, env)
+            if why is not None:
+                return why
+        single = any(torch_resize.micro_steps_only(loader) for loader, _ in self.loaders)
+        accumulate = env.elastic_batch == "accumulate" or single
+        top = env.max_workers or factor
+        why = Accumulation.why_not(self.objects) if accumulate else None
+        if why is not None:  # at every world: a job resized later must be able to
+            how = "its DataLoader yields single samples" if single else "TIRESIAS_ELASTIC_BATCH"
+            return f"it would accumulate gradients ({how}), but {why}"
+        if accumulate and factor > 1:
+            self.accumulation = Accumulation(factor, top, self.objects)
+        for loader, _ in self.loaders:
+            self._per_rank = torch_resize.rescale(loader, factor, top, accumulate)
+        return None
 
     def facts(self, num_ps: int) -> dict[str, Any]:
         """Per-tensor sizes of the trainable parameters, for skew-aware placement."""
@@ -188,11 +239,13 @@ class TorchCheckpointer:
         """Start each loader's ``epoch``; the first epoch after a restore starts its pass from
         the RNG states the interrupted pass started with and skips the batches it trained."""
         passes, self._resume_passes = self._resume_passes, None
+        micro = self.accumulation.count if self.accumulation else 1
         for i, (loader, sampler) in enumerate(self.loaders):
             if hasattr(loader.sampler, "set_epoch"):
                 loader.sampler.set_epoch(epoch)
-            if passes is not None:
-                sampler._tiresias_skip, sampler._tiresias_start = skip_batches, passes[i]
+            if passes is not None:  # a loader of single samples yields micro-steps
+                skip = skip_batches * (micro if torch_resize.micro_steps_only(loader) else 1)
+                resume_pass(sampler, skip, passes[i])
 
     def restore(self, rt: Runtime) -> Checkpoint | None:
         def read(ckpt: Checkpoint) -> None:
@@ -202,7 +255,10 @@ class TorchCheckpointer:
             # the checkpoint, so the saved RNG state applies from the first step on
             rt.at_next_step(lambda: set_rng_states(rng))
 
-        return rt.restore(self.described, read)
+        ckpt = rt.restore(self.described, read)
+        if ckpt is not None:
+            elastic.resumed(rt, ckpt.manifest.position.get("world"), self._per_rank)
+        return ckpt
 
     def save(self, rt: Runtime, step: int, position: dict[str, Any]) -> Checkpoint | None:
         """Write a checkpoint of ``step``; only the chief's copy is kept (a sharded model's
@@ -220,7 +276,7 @@ class TorchCheckpointer:
             [chief_dir] = _broadcast([str(directory)])
             directory, name = Path(chief_dir), _rank_file()
             objects = {n: o for n, o in objects.items() if n not in self.sharded.names}
-        passes = [sampler._tiresias_pass_rng for _, sampler in self.loaders]
+        passes = [getattr(sampler, "_tiresias_pass_rng", None) for _, sampler in self.loaders]
         state = {n: o.state_dict() for n, o in objects.items()}
         saved = {"objects": state, "rng": rng_states(), "passes": passes}
         torch.save(saved, directory / name)
@@ -232,9 +288,11 @@ class TorchCheckpointer:
         """Load every object's state; return the RNG states to apply."""
         objects, name = self.objects, STATE_FILE
         if self.sharded is not None:
-            self.sharded.load(ckpt.path)
+            self.sharded.load(ckpt.path)  # resharded when the world changed
             objects = {n: o for n, o in objects.items() if n not in self.sharded.names}
-            name = _rank_file()
+            # at another world every rank takes the chief's RNG states, as DDP ranks do
+            same_world = ckpt.manifest.position.get("world") in (None, dist.get_world_size())
+            name = _rank_file() if same_world else _rank_file(0)
         saved = torch.load(ckpt.path / name, map_location="cpu", weights_only=False)
         missing = sorted(set(objects) - set(saved["objects"]))
         if missing:
@@ -252,8 +310,8 @@ def _broadcast(values: list[Any]) -> list[Any]:
     return values
 
 
-def _rank_file() -> str:
-    return f"state-rank{dist.get_rank()}.pt"
+def _rank_file(rank: int | None = None) -> str:
+    return f"state-rank{dist.get_rank() if rank is None else rank}.pt"
 
 
 class _ShardedState:

@@ -3,8 +3,8 @@
 With ``tiresias.State`` (``scripts/custom_loop_state.py``) a preemption, whether a SIGTERM
 sent to the process or the scheduling policy, resumes exactly: the same losses, weights and
 optimizer iteration count as an uninterrupted run under ``tiresias-run``, and the job log and
-``tiresias-run`` say where it checkpointed and resumed. The step is drawn from a seeded
-generator and pinned with ``TIRESIAS_HOLD_AT_STEP``.
+``tiresias-run`` say where it checkpointed and resumed. One job is preempted both ways, once
+each, at steps drawn from a seeded generator and pinned with ``TIRESIAS_HOLD_AT_STEP``.
 
 Without anything checkpointable (``scripts/custom_loop_plain.py``, the TensorFlow tutorial
 loop) the documented fallback holds: the log says once per start that the job cannot be
@@ -23,6 +23,7 @@ import os
 import random
 import re
 import signal
+import sqlite3
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -71,6 +72,12 @@ class Run:
     def stderr(self) -> str:
         return self.err.read_text(errors="replace")
 
+    def history(self) -> list[str]:
+        """j1's history, as the coordinator stored it."""
+        with sqlite3.connect(self.state / "coordinator.sqlite") as db:
+            rows = db.execute("SELECT text FROM job_events WHERE job_id = 'j1'").fetchall()
+        return [text for (text,) in rows]
+
     def diagnostics(self) -> str:
         logs = sorted((self.state / "agent" / "logs").glob("*/*.log"))
         parts = [(str(p.relative_to(self.state)), p.read_text(errors="replace")) for p in logs]
@@ -106,14 +113,12 @@ class Run:
 def tiresias_run(tmp_path: Path) -> Iterator[Any]:
     runs: list[Run] = []
 
-    def start(*job: str, hold_at: int | None = None, name: str = "run") -> Run:
+    def start(*job: str, hold_at: tuple[int, ...] = (), name: str = "run") -> Run:
         state = tmp_path / name
         address = f"ipc://{state}/coordinator.sock"  # users known by uid, no keys needed
         err = tmp_path / f"{name}.err"
         env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONUNBUFFERED": "1"}
-        env.pop("TIRESIAS_HOLD_AT_STEP", None)
-        if hold_at is not None:
-            env["TIRESIAS_HOLD_AT_STEP"] = str(hold_at)
+        env["TIRESIAS_HOLD_AT_STEP"] = ",".join(map(str, hold_at))  # run r holds at the r-th
         with (tmp_path / f"{name}.out").open("wb") as out, err.open("wb") as errf:
             proc = subprocess.Popen(
                 [
@@ -181,59 +186,70 @@ def reference(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     return {"results": json.loads(results.read_text()), "losses": losses(done.stdout)}
 
 
-def assert_resumed_exactly(run: Run, results: Path, k: int, reference: dict[str, Any]) -> None:
-    """Same losses (steps 0…k-1, then k…end), weights and iterations as uninterrupted; the
-    job log and ``tiresias-run`` say where it checkpointed and resumed."""
+def assert_resumed_exactly(
+    run: Run, results: Path, holds: tuple[int, ...], reference: dict[str, Any]
+) -> None:
+    """Same losses (steps 0…k0-1, then k0…k1-1, …, then the rest), weights and iterations
+    as uninterrupted; the job log and ``tiresias-run`` say where it checkpointed and resumed."""
     assert run.finish() == 0, run.diagnostics()
-    first, second = run.runs()
-    assert [s for s, _ in losses(first)] == list(range(k))
-    assert [s for s, _ in losses(second)] == list(range(k, STEPS))
-    assert losses(first) + losses(second) == reference["losses"]
+    runs = run.runs()
+    bounds = [0, *holds, STEPS]
+    assert len(runs) == len(holds) + 1, run.diagnostics()
+    for i, log in enumerate(runs):
+        assert [s for s, _ in losses(log)] == list(range(bounds[i], bounds[i + 1])), log
+    assert [loss for log in runs for loss in losses(log)] == reference["losses"]
     assert json.loads(results.read_text()) == reference["results"]
     assert reference["results"]["iterations"] == STEPS
-    assert re.search(rf"^tiresias: checkpoint at step {k} \([\d.]+ MB in [\d.]+ s\)$", first, re.M)
-    assert re.search(
-        rf"^tiresias: resumed from step {k} \(restore [\d.]+ s, first step [\d.]+ s\)$",
-        second,
-        re.M,
-    )
     err = run.stderr()
-    assert f"j1 stopped: checkpoint at step {k} (" in err, err
-    assert "j1 restarted (restart 1)" in err and f"j1 resumed from step {k} (restore" in err, err
+    for restart, k in enumerate(holds, 1):
+        checkpoint = rf"^tiresias: checkpoint at step {k} \([\d.]+ MB in [\d.]+ s\)$"
+        assert re.search(checkpoint, runs[restart - 1], re.M), runs[restart - 1]
+        resumed = rf"^tiresias: resumed from step {k} \(restore [\d.]+ s, first step [\d.]+ s\)$"
+        assert re.search(resumed, runs[restart], re.M), runs[restart]
+        assert f"j1 stopped: checkpoint at step {k} (" in err, err
+        assert f"j1 restarted (restart {restart})" in err, err
+        assert f"j1 resumed from step {k} (restore" in err, err
 
 
-def assert_status_names_the_checkpoint(run: Run, k: int) -> None:
+def hold_in_q2(run: Run, k: int) -> None:
+    """Waits until the job holds at step ``k`` in Q2, its step reported (so a preemption
+    can be told with it)."""
+
+    def holding_in_q2() -> bool:
+        job = run.job()
+        return job["queue"] == 1 and job["progress"].get("step") == k
+
+    run.wait(f"the job to hold at step {k}", lambda: f"holding at step {k} until" in run.log())
+    run.wait("the job in Q2", holding_in_q2)
+
+
+def assert_status_names_the_checkpoint(run: Run, k: int, restarts: int) -> None:
     """What ``tiresias status j1`` prints while the job restarts (its coordinator lives as
     long as the job: the resumed run is still importing TensorFlow)."""
-    run.wait("the restart", lambda: run.job()["restarts"] == 1)
+    run.wait(f"restart {restarts}", lambda: run.job()["restarts"] == restarts)
     status = format_job(run.job())
     assert f"checkpoint at step {k} (" in status and "{" not in status, status
 
 
 @pytest.mark.tf
-@pytest.mark.parametrize("by", ["sigterm", "policy"])
 def test_state_loop_resumes_exactly(
-    tiresias_run: Any, tmp_path: Path, reference: dict[str, Any], by: str
+    tiresias_run: Any, tmp_path: Path, reference: dict[str, Any]
 ) -> None:
-    """Preempted at a drawn step by an operator's ``kill`` or by the scheduler."""
-    k = random.Random(f"state-{by}").randrange(1, STEPS)
+    """Preempted at a drawn step k0 by an operator's ``kill``, then, in the resumed run, at a
+    later drawn step k1 by the scheduler; the third run finishes."""
+    k0, k1 = sorted(random.Random("state").sample(range(1, STEPS), 2))
     results = tmp_path / "results.json"
-    run = tiresias_run(str(SCRIPTS / "custom_loop_state.py"), str(results), str(STEPS), hold_at=k)
-
-    def holding_in_q2() -> bool:
-        job = run.job()  # and its step reported, so the preemption can be told with it
-        return job["queue"] == 1 and job["progress"].get("step") == k
-
-    run.wait("the job to hold in Q2", lambda: f"holding at step {k} until" in run.log())
-    run.wait("the job in Q2", holding_in_q2)
-    if by == "sigterm":
-        os.kill(job_pid(str(results)), signal.SIGTERM)
-    else:
-        submit_competitor(run)
-    assert_status_names_the_checkpoint(run, k)
-    assert_resumed_exactly(run, results, k, reference)
-    told = f"j1 preempted by the scheduler at step {k}" in run.stderr()
-    assert told == (by == "policy"), run.stderr()
+    script = str(SCRIPTS / "custom_loop_state.py")
+    run = tiresias_run(script, str(results), str(STEPS), hold_at=(k0, k1))
+    hold_in_q2(run, k0)
+    os.kill(job_pid(str(results)), signal.SIGTERM)
+    assert_status_names_the_checkpoint(run, k0, restarts=1)
+    hold_in_q2(run, k1)
+    submit_competitor(run)
+    assert_status_names_the_checkpoint(run, k1, restarts=2)
+    assert_resumed_exactly(run, results, (k0, k1), reference)
+    told = [line for line in run.stderr().splitlines() if "by the scheduler" in line]
+    assert told == [f"tiresias-run: j1 preempted by the scheduler at step {k1}"], run.stderr()
 
 
 NOT_CHECKPOINTABLE = (
@@ -313,44 +329,42 @@ def test_a_framework_that_returns_after_sigterm_is_restarted_not_completed(
 
 
 @pytest.mark.tf
-def test_fit_with_backup_and_restore_is_left_to_its_own_backups(tmp_path: Path) -> None:
-    """By SIGTERM, without a coordinator: the runtime neither restores nor checkpoints a
-    ``fit`` that has ``BackupAndRestore``; SIGTERM kills it, the rerun resumes from the
-    callback's last backup (an epoch end), and only that callback restored anything."""
+def test_fit_with_backup_and_restore_resumes_from_its_own_backups(
+    tiresias_run: Any, tmp_path: Path
+) -> None:
+    """Preempted by the policy: the runtime neither restores nor checkpoints a ``fit`` that
+    has ``BackupAndRestore``; SIGTERM kills it, the next run resumes from the callback's last
+    backup (an epoch end), and that run's first report, past step 0, tells the coordinator:
+    the history says it resumed from its own checkpoints, and only the steps after the
+    backup count as lost."""
     script = SCRIPTS / "fit_backup_and_restore.py"
     backup, progress = tmp_path / "backup", tmp_path / "progress"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TIRESIAS_")}
-    env |= {"TF_CPP_MIN_LOG_LEVEL": "2", "TIRESIAS_CHECKPOINT_DIR": str(tmp_path / "ckpt")}
+    run = tiresias_run(str(script), str(backup), str(progress), "1000000")
 
-    def start(epochs: int, log: Path) -> subprocess.Popen[bytes]:
-        argv = [str(script), str(backup), str(progress), str(epochs)]
-        with log.open("wb") as out:
-            return subprocess.Popen(
-                [sys.executable, "-m", "tiresias_launch.exec", *argv],
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                cwd=tmp_path,
-                env=env,
-            )
+    def epochs_done() -> int:
+        return len(progress.read_text().split()) if progress.exists() else 0
 
-    first = start(1_000_000, tmp_path / "first.log")
-    try:
-        wait_until(lambda: progress.exists() and progress.read_text(), TIMEOUT, "an epoch")
-        first.send_signal(signal.SIGTERM)
-        assert first.wait(60) == -signal.SIGTERM
-    finally:
-        first.kill()
-    out = (tmp_path / "first.log").read_text()
-    assert out.count("tiresias: this job cannot be checkpointed: its fit uses keras.") == 1, out
-    last = int(progress.read_text().split()[-1])  # the newest epoch backed up
-    assert not (tmp_path / "ckpt").exists()  # the runtime wrote nothing of its own
+    run.wait("two epochs in Q2", lambda: epochs_done() >= 2 and run.job()["queue"] == 1)
+    submit_competitor(run)
 
-    second = start(last + 3, tmp_path / "second.log")
-    assert second.wait(TIMEOUT) == 0
-    out = (tmp_path / "second.log").read_text()
-    headers = re.findall(rf"^Epoch (\d+)/{last + 3}$", out, flags=re.M)
-    assert headers[0] == str(last + 2), out  # continued after the backed-up epoch
-    assert "tiresias: resumed" not in out and f"at {(last + 3) * 64} iterations" in out, out
+    said = "resumed from its own checkpoints at step "
+    run.wait("the resumed run's report", lambda: any(t.startswith(said) for t in run.history()))
+    first, second = run.runs()
+    assert first.count("tiresias: this job cannot be checkpointed: its fit uses keras.") == 1
+    job = run.job()
+    assert job["last_exit"]["processes"][0]["code"] == -signal.SIGTERM, job
+    backed_up = int(re.findall(r"^Epoch (\d+)/1000000$", second, flags=re.M)[0]) - 1
+    assert backed_up >= 2, second  # epochs done (and backed up) by the first run
+    assert f"Epoch {backed_up}/" in first and f"Epoch {backed_up + 2}/" not in first, first
+    resumed = backed_up * 64  # 64 batches an epoch
+    assert f"{said}{resumed}" in run.history()
+    assert 0 <= job["lost"]["steps"] < 64, job  # the part of an epoch after the backup
+    assert "resumed" not in "".join(re.findall("^tiresias: .*", second, flags=re.M))
+    assert not (run.state / "checkpoints").exists() or not any(
+        (run.state / "checkpoints").rglob("MANIFEST.json")
+    )
+    run.cli("cancel", "j1")
+    assert run.finish() == 130
 
 
 @pytest.mark.tf
@@ -387,7 +401,7 @@ def test_loop_with_its_own_checkpoint_manager_resumes_from_its_own_save(
     the runtime restores nothing over it, and the hold hook has nothing to hold."""
     own = tmp_path / "own-checkpoints"
     script = str(SCRIPTS / "custom_loop_checkpoint_manager.py")
-    run = tiresias_run(script, str(own), "1000000", hold_at=5)
+    run = tiresias_run(script, str(own), "1000000", hold_at=(5,))
     run.wait("two epochs in Q2", lambda: "epoch 2 loss" in run.log() and run.job()["queue"] == 1)
     submit_competitor(run)
     run.wait("the resumed run to train", lambda: len(run.runs()) == 2 and "loss" in run.runs()[1])
@@ -395,7 +409,7 @@ def test_loop_with_its_own_checkpoint_manager_resumes_from_its_own_save(
     said = "this job cannot be checkpointed: custom_loop_checkpoint_manager.py uses no"
     for text in (first, second):
         assert text.count(said) == 1 and "holding at step" not in text, text
-    assert "resumes from its own last CheckpointManager save" in first
+    assert "keeps its own checkpoints (CheckpointManager), so a preemption stops it" in first
     printed = [int(e) for e in re.findall(r"^epoch (\d+) loss", first, flags=re.M)]
     resumed = int(re.findall(r"^epoch (\d+) loss", second, flags=re.M)[0])
     # it saves, then prints: the kill may fall between the two
@@ -404,5 +418,31 @@ def test_loop_with_its_own_checkpoint_manager_resumes_from_its_own_save(
     assert not (run.state / "checkpoints").exists() or not any(
         (run.state / "checkpoints").rglob("MANIFEST.json")
     )
+    run.cli("cancel", "j1")
+    assert run.finish() == 130
+
+
+def test_a_loop_that_saves_itself_and_reports_its_steps_resumes_where_it_says(
+    tiresias_run: Any, tmp_path: Path
+) -> None:
+    """A NumPy loop with its own save every 10 steps and ``tiresias.report(step=…)``:
+    preempted by the policy, it dies of SIGTERM and resumes from its save, and the
+    coordinator knows it: the history names the step it resumed at, and only the steps
+    after that save count as lost."""
+    script = str(SCRIPTS / "numpy_own_checkpoint.py")
+    run = tiresias_run(script, str(tmp_path / "own.npz"), "1000000")
+    run.wait("15 steps in Q2", lambda: "step 15 loss" in run.log() and run.job()["queue"] == 1)
+    assert run.job()["progress"]["step"] >= 14  # progress from the reports
+    submit_competitor(run)
+
+    said = "resumed from its own checkpoints at step "
+    run.wait("the resumed run's report", lambda: any(t.startswith(said) for t in run.history()))
+    first, second = run.runs()
+    assert "the steps it reports say where it resumes" in first, first
+    resumed = int(re.findall(r"^resumed from my checkpoint at step (\d+)$", second, re.M)[0])
+    assert resumed >= 10 and f"{said}{resumed}" in run.history(), run.history()
+    job = run.job()
+    assert job["last_exit"]["processes"][0]["code"] == -signal.SIGTERM, job
+    assert 0 <= job["lost"]["steps"] < 10, job  # the steps after its last save
     run.cli("cancel", "j1")
     assert run.finish() == 130

@@ -62,6 +62,7 @@ def test_damaged_newest_falls_back_to_previous(tmp_path: Path) -> None:
 
     ckpt = store.restore(MODEL, read)
     assert ckpt is not None and ckpt.manifest.step == 1
+    assert [(c.manifest.step, why) for c, why in store.damaged] == [(2, "ValueError: crc mismatch")]
 
 
 def test_all_damaged_is_an_error_listing_each(tmp_path: Path) -> None:
@@ -123,6 +124,7 @@ store.save(int(sys.argv[2]), ["v [1] float32"], lambda d: (d / "data.bin").write
 """
 
 
+@pytest.mark.slow  # starts a process
 def test_sigkill_during_write_keeps_previous_checkpoint(tmp_path: Path) -> None:
     root, hook = tmp_path / "ckpt", tmp_path / "paused"
     subprocess.run([sys.executable, "-c", SAVER, str(root), "1"], check=True)
@@ -148,3 +150,18 @@ def test_saving_a_durable_step_again_keeps_the_first(tmp_path: Path) -> None:
     [ckpt] = store.complete()
     assert (ckpt.path / "data.bin").read_bytes() == b"first"
     assert not list(tmp_path.glob(".tmp-*"))
+
+
+def test_a_stale_generation_cannot_commit_a_checkpoint(tmp_path: Path) -> None:
+    """Restart 1 restored (claimed the directory) while a copy of restart 0 still runs
+    elsewhere: restart 0's save is refused and leaves nothing; restart 1's goes through."""
+    stale = CheckpointStore(tmp_path, "job", generation=0)
+    current = CheckpointStore(tmp_path, "job", generation=1)
+    stale.save(1, MODEL, _writer(b"a"))  # before the replacement: fine
+    assert current.restore(MODEL, lambda c: None) is not None
+    with pytest.raises(CheckpointError, match="restart 1 of this job runs now"):
+        stale.save(2, MODEL, _writer(b"b"))
+    assert _saved_steps(current) == [1]
+    assert not list(tmp_path.glob(".tmp-*"))
+    current.save(2, MODEL, _writer(b"c"))
+    assert _saved_steps(current) == [2, 1]

@@ -50,8 +50,18 @@ def test_full_environment() -> None:
         ({"TIRESIAS_COORDINATOR": "tcp://h:5"}, "TIRESIAS_JOB_ID must be set"),
         ({"TF_CONFIG": "{"}, "TF_CONFIG is not valid JSON"),
         ({"TIRESIAS_MODE": "ps"}, "needs TIRESIAS_NUM_PS >= 1"),
+        ({"TIRESIAS_HOLD_AT_STEP": "3,x"}, "TIRESIAS_HOLD_AT_STEP='x': expected an integer"),
+        ({"TIRESIAS_HOLD_AT_STEP": "3,0"}, "TIRESIAS_HOLD_AT_STEP=0: must be >= 1"),
+        ({"TIRESIAS_ELASTIC_BATCH": "grow"}, "expected one of scale, accumulate"),
     ],
 )
 def test_bad_values_name_the_variable(env: dict[str, str], message: str) -> None:
     with pytest.raises(EnvError, match=message.replace("(", r"\(").replace("[", r"\[")):
         parse(env)
+
+
+def test_hold_at_step_is_one_step_per_run() -> None:
+    """``S0,S1,…``: the run after r preemptions holds at the r-th step (a resize test)."""
+    assert parse({"TIRESIAS_HOLD_AT_STEP": "3, 6"}).hold_at_steps == (3, 6)
+    assert parse({"TIRESIAS_HOLD_AT_STEP": "4"}).hold_at_steps == (4,)
+    assert parse({"TIRESIAS_HOLD_AT_STEP": ""}).hold_at_steps == ()

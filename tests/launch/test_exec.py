@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import os
 import signal
 import subprocess
@@ -12,6 +13,8 @@ import pytest
 from helpers import wait_until
 
 from tiresias_launch.checkpointable import why_not
+
+pytestmark = pytest.mark.slow  # starts real processes
 
 
 def _run(args: list[str], cwd: Path, **env: str) -> subprocess.CompletedProcess[str]:
@@ -91,7 +94,19 @@ def test_nothing_checkpointable_is_said_and_sigterm_keeps_its_default(tmp_path: 
         ("for step in range(10):\n    train_step()\n", "restarts from step 0"),
         (
             "m = tf.train.CheckpointManager(ckpt, d, 3)\nfor s in range(9): step()\n",
-            "resumes from its own last CheckpointManager save",
+            "keeps its own checkpoints (CheckpointManager), so a preemption stops it and it "
+            "resumes from its own checkpoints",
+        ),
+        (  # the torchrun tutorial's snapshot
+            "import torch\nif os.path.exists(p):\n    snap = torch.load(p)\n"
+            "for e in range(9):\n    train()\n    torch.save(snap, p)\n",
+            "keeps its own checkpoints (torch.save/torch.load), so a preemption stops it and it "
+            "resumes from its own checkpoints",
+        ),
+        ("import torch\ntorch.save(model.state_dict(), 'final.pt')\n", "restarts from step 0"),
+        (  # a loop that saves itself another way, and says where it is
+            "import tiresias\nfor s in range(start, 9):\n    tiresias.report(step=s)\n",
+            "a preemption stops it, and the steps it reports say where it resumes",
         ),
     ],
 )
@@ -161,3 +176,38 @@ def test_the_wrapper_imports_no_framework_before_the_script_does(tmp_path: Path)
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines()[-1] == "[]"
+
+
+def test_a_job_process_imports_only_the_runtime_and_its_transport(tmp_path: Path) -> None:
+    """Nothing of the coordinator, the simulator (matplotlib, tqdm) or NVML is loaded into a
+    training process: they are not even in the base install (pyproject extras)."""
+    script = tmp_path / "train.py"
+    script.write_text(
+        "import sys\nimport tiresias\n"
+        "state = None  # a State would load its framework: not part of the runtime's cost\n"
+        "print(sorted({m.split('.')[0] for m in sys.modules}))\n"
+    )
+    done = _run(["-m", "tiresias_launch.exec", str(script)], tmp_path)
+    assert done.returncode == 0, done.stderr
+    loaded = set(ast.literal_eval(done.stdout.splitlines()[-1]))
+    assert {"tiresias", "tiresias_launch", "zmq", "msgpack"} <= loaded
+    unwanted = {"coordinator", "matplotlib", "tqdm", "pynvml", "prometheus_client", "click"}
+    assert not loaded & unwanted
+
+
+def test_the_wheel_has_no_top_level_models_or_tools_package() -> None:
+    """A user's own ``models`` or ``tools`` package is common in ML repositories."""
+    import tomllib
+
+    from setuptools import find_packages
+
+    repo = Path(__file__).parents[2]
+    found = tomllib.loads((repo / "pyproject.toml").read_text())["tool"]["setuptools"]
+    packages = find_packages(str(repo), include=found["packages"]["find"]["include"])
+    assert {p.split(".")[0] for p in packages} == {
+        "coordinator",
+        "ibverbs_tap",
+        "tiresias",
+        "tiresias_cli",
+        "tiresias_launch",
+    }

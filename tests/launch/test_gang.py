@@ -122,3 +122,40 @@ def test_every_script_process_gets_what_torchrun_gives() -> None:
     )
     horovod = _plan(GangRequest(("t.py",), workers=2, horovod=True), {"a": [0, 1]})
     assert [p.env["RANK"] for p in horovod] == ["0", "1"]
+
+
+@pytest.mark.parametrize("horovod", [False, True])
+def test_an_elastic_gang_runs_at_the_size_decided_and_knows_its_top(horovod: bool) -> None:
+    """Each run of a 2:4 gang is the world the core decided: every rank is told that world
+    (TIRESIAS_NUM_WORKERS, torchrun's WORLD_SIZE, Horovod's size) and the top of its range
+    (TIRESIAS_MAX_WORKERS, the world its global batch is defined at); a rigid gang gets no
+    TIRESIAS_MAX_WORKERS, so the runtime tells the two apart."""
+    request = GangRequest(("t.py",), workers=4, horovod=horovod, min_workers=2)
+    for placement, world in (
+        ({"a": [0, 1]}, 2),
+        ({"a": [0, 1], "b": [0]}, 3),
+        (TWO_NODES | {"b": [4, 5]}, 4),
+    ):
+        specs = _plan(request, placement)
+        assert [p.task_index for p in specs] == list(range(world))
+        for p in specs:
+            assert (p.env["TIRESIAS_NUM_WORKERS"], p.env["WORLD_SIZE"]) == (str(world), str(world))
+            assert p.env["TIRESIAS_MAX_WORKERS"] == "4"
+            assert p.env["TIRESIAS_MODE"] == ("horovod" if horovod else "allreduce")
+            if horovod:
+                assert p.env["HOROVOD_SIZE"] == str(world)
+    for placement in ({"a": [0]}, {"a": [0, 1, 2], "b": [0, 1]}):
+        with pytest.raises(ValueError, match="asks for 2 to 4"):
+            _plan(request, placement)
+    rigid = _plan(GangRequest(("t.py",), workers=2), {"a": [0, 1]})
+    assert all("TIRESIAS_MAX_WORKERS" not in p.env for p in rigid)
+
+
+def test_an_elastic_range_is_checked() -> None:
+    with pytest.raises(ValueError, match="'min_workers' must be 1 to 'workers' \\(4\\), got 5"):
+        GangRequest(("t.py",), workers=4, min_workers=5)
+    with pytest.raises(ValueError, match="a parameter-server job takes a fixed number"):
+        GangRequest(("t.py",), workers=4, ps=1, min_workers=2)
+    assert GangRequest(("t.py",), workers=4, ps=1, min_workers=4).min_workers == 4
+    msg = {"argv": ["t.py"], "workers": 4, "min_workers": 4}
+    assert GangRequest.from_submit(msg) == GangRequest(("t.py",), 4)  # MIN == MAX: rigid

@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tiresias_launch.procfs import parent_pid, start_ticks, stat_fields
 
 RENAME = (
@@ -15,6 +17,7 @@ RENAME = (
 )
 
 
+@pytest.mark.slow  # starts a process
 def test_a_command_name_with_spaces_and_parentheses_does_not_shift_the_fields() -> None:
     child = subprocess.Popen(
         [sys.executable, "-c", RENAME], stdin=subprocess.PIPE, stdout=subprocess.PIPE

@@ -6,6 +6,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import msgpack
@@ -170,6 +171,7 @@ print("ran all 10 steps", flush=True)
 """
 
 
+@pytest.mark.slow  # starts a process
 def test_hold_at_step_waits_for_the_preemption_signal(tmp_path: Path) -> None:
     """TIRESIAS_HOLD_AT_STEP makes a preemption land at one chosen step however fast the
     loop runs: the process holds there, and the signal stops it exactly at that step."""
@@ -182,6 +184,23 @@ def test_hold_at_step_waits_for_the_preemption_signal(tmp_path: Path) -> None:
         proc.send_signal(signal.SIGTERM)
         assert proc.stdout.read() == "stopped before step 4\n"
         assert proc.wait(30) == 75
+
+
+@pytest.mark.slow  # starts a process
+def test_a_run_after_a_preemption_never_holds(tmp_path: Path) -> None:
+    """A job preempted before its hold step (no checkpoint yet) is not held on its next run:
+    nothing would preempt it again (the preemption demo in docs/service.md hung there). A
+    list of steps holds each run at its own."""
+    env = {
+        **os.environ,
+        "TIRESIAS_HOLD_AT_STEP": "4",
+        "TIRESIAS_RESTART_COUNT": "1",
+        "TIRESIAS_CHECKPOINT_DIR": str(tmp_path),
+    }
+    out = subprocess.run(
+        [sys.executable, "-c", HOLDING_LOOP], capture_output=True, text=True, env=env, timeout=60
+    )
+    assert out.stdout == "ran all 10 steps\n", out.stderr
     plain = subprocess.run(
         [sys.executable, "-c", HOLDING_LOOP],
         capture_output=True,
@@ -190,8 +209,20 @@ def test_hold_at_step_waits_for_the_preemption_signal(tmp_path: Path) -> None:
         env={**env, "TIRESIAS_HOLD_AT_STEP": ""},
     )
     assert plain.stdout == "ran all 10 steps\n"
+    with subprocess.Popen(  # a list: the run after one preemption holds at the second step
+        [sys.executable, "-c", HOLDING_LOOP],
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**env, "TIRESIAS_HOLD_AT_STEP": "2,6"},
+    ) as proc:
+        assert proc.stdout is not None
+        assert proc.stdout.readline() == "tiresias: holding at step 6 until preempted\n"
+        proc.send_signal(signal.SIGTERM)
+        assert proc.stdout.read() == "stopped before step 6\n"
+        assert proc.wait(30) == 75
 
 
+@pytest.mark.slow  # starts a process
 def test_a_barrier_aborted_by_a_peer_that_already_left_still_exits_checkpointed(
     tmp_path: Path,
 ) -> None:
@@ -214,3 +245,22 @@ def test_a_barrier_aborted_by_a_peer_that_already_left_still_exits_checkpointed(
         "saved",
         "tiresias: the gang's last barrier ended early (RuntimeError); stopping",
     ]
+
+
+@pytest.mark.slow  # starts a process
+def test_process_start_time_is_exact_to_a_clock_tick(tmp_path: Path) -> None:
+    """A resumed run tells the stopped run's files (a tf.data cache lock) by their being older
+    than its own start, and a restart can follow the stop within a second: the start time
+    must not be /proc/stat's whole-second ``btime`` plus ticks (up to a second early)."""
+    code = "import time; from tiresias_launch.runtime import process_start_time as t"
+    before = time.time()
+    child = subprocess.run(
+        [sys.executable, "-c", f"{code}; print(t(), time.time())"],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[2])},
+    )
+    started, now = map(float, child.stdout.split())
+    tick = 1 / os.sysconf("SC_CLK_TCK")  # /proc counts a start in these
+    assert before - tick - 0.001 <= started <= now

@@ -93,7 +93,7 @@ def test_preemptible_counts_each_call_once_then_saves_and_exits(
 
 
 def test_damaged_newest_checkpoint_falls_back_to_previous(
-    runtime: Runtime, tfm: SimpleNamespace
+    runtime: Runtime, tfm: SimpleNamespace, capsys: pytest.CaptureFixture[str]
 ) -> None:
     model, optimizer, train_step = _trainer(tfm)
     state = tfm.launch.State(model=model, optimizer=optimizer)
@@ -115,6 +115,13 @@ def test_damaged_newest_checkpoint_falls_back_to_previous(
     assert resumed.step == 2
     for a, b in zip(at_two, model2.get_weights(), strict=True):
         assert (a == b).all()
+    said = [line for line in capsys.readouterr().out.splitlines() if "could not be read" in line]
+    assert len(said) == 1 and said[0].startswith("tiresias: the checkpoint at step 4 "), said
+    assert said[0].endswith(
+        "resumed from the one at step 2, so the 2 steps after it are trained again"
+    )
+    report = runtime.reporter.message()
+    assert report is not None and report["notice"] == said[0].removeprefix("tiresias: ")
 
 
 def test_preempted_before_any_new_step_keeps_the_restored_checkpoint(
@@ -129,3 +136,37 @@ def test_preempted_before_any_new_step_keeps_the_restored_checkpoint(
     assert exited.value.code == EXIT_CHECKPOINTED
     assert runtime.store.complete() == []  # nothing ran, so nothing new was written
     assert int(optimizer.iterations.numpy()) == 0
+
+
+def _rows(tfm: SimpleNamespace, seed: int | None):
+    """A data set prepared as scripts do: arrays permuted (seeded or not), then tf.data."""
+    import numpy as np
+
+    x = np.arange(64 * 4, dtype="float32").reshape(64, 4)
+    order = np.random.default_rng(seed).permutation(len(x))
+    return tfm.tf.data.Dataset.from_tensor_slices(x[order]).shuffle(8, seed=1).batch(4)
+
+
+def test_a_state_loop_over_a_tf_data_iterator_says_when_its_data_changed(
+    runtime: Runtime, tfm: SimpleNamespace, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    said: list[str] = []  # the lines about inputs (checkpoint lines are said too)
+    monkeypatch.setattr(runtime, "say", lambda line: "inputs" in line and said.append(line))
+    model, optimizer, train_step = _trainer(tfm)
+    iterator = iter(_rows(tfm, 1))
+    state = tfm.launch.State(model=model, optimizer=optimizer, iterator=iterator)
+    for _ in state.steps(2):
+        next(iterator)
+        train_step()
+    state.save()
+
+    def resume(seed: int | None) -> None:
+        model2, optimizer2, _ = _trainer(tfm)
+        again = iter(_rows(tfm, seed))
+        tfm.launch.State(model=model2, optimizer=optimizer2, iterator=again)
+
+    resume(1)  # prepared the same way: silent
+    assert said == []
+    resume(None)  # an unseeded permutation before tf.data
+    assert len(said) == 1
+    assert said[0].startswith("the training inputs differ from the checkpointed run's")

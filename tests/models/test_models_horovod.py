@@ -10,6 +10,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from helpers import needs
 from model_scripts import python, run, script_env, wait_for_line
 
 from coordinator.gang import GangRequest, free_local_port, plan
@@ -23,12 +24,15 @@ def _horovod_import_error() -> str | None:
     return None
 
 
-_error = _horovod_import_error()
-pytestmark = [
-    pytest.mark.tf,
-    pytest.mark.horovod,
-    pytest.mark.skipif(_error is not None, reason=_error or ""),
-]
+pytestmark = [pytest.mark.tf, pytest.mark.horovod, needs("horovod", "needs Horovod")]
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _horovod_tensorflow_imports() -> None:
+    """Checked when the tests run, not at collection (importing it takes seconds)."""
+    error = _horovod_import_error()
+    if error is not None:
+        pytest.skip(error)
 
 
 def test_two_ranks_with_horovodrun(tmp_path: Path) -> None:

@@ -6,15 +6,12 @@ from __future__ import annotations
 import signal
 from pathlib import Path
 
-import pytest
 from helpers import wait_until
 from launch.gangs import start
 
 from coordinator.gang import GangRequest
 from tiresias_launch import EXIT_CHECKPOINTED
 from tiresias_launch.checkpoint import CheckpointStore
-
-torch = pytest.importorskip("torch", reason="needs PyTorch (the [torch] extra)")
 
 SCRIPTS = Path(__file__).parent / "scripts"
 TIMEOUT = 180
@@ -59,6 +56,8 @@ def assert_same_run(plain_dir: Path, preempted_dir: Path, ranks: int) -> None:
     """Every step once, with the same loss (data, RNG, momentum, LR), and equal weights."""
     for rank in range(ranks):
         assert losses(preempted_dir, rank) == losses(plain_dir, rank)
+    import torch
+
     resumed = torch.load(preempted_dir / "weights.pt")
     reference = torch.load(plain_dir / "weights.pt")
     assert resumed.keys() == reference.keys()

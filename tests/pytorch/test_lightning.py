@@ -11,13 +11,16 @@ import random
 from pathlib import Path
 
 import pytest
+from helpers import needs
 from launch.gangs import start
 
 from coordinator.gang import GangRequest
 from pytorch.runs import SCRIPTS, TIMEOUT, assert_same_run, losses, preempt_and_resume
 
-pytest.importorskip("lightning", reason="needs PyTorch Lightning (the [torch] extra)")
-pytestmark = pytest.mark.torch
+pytestmark = [
+    pytest.mark.torch,
+    needs("lightning", "needs PyTorch Lightning (the [torch] extra)"),
+]
 
 EPOCHS = 3
 TRAIN_SAMPLES = 96  # the script's split: 96 to train, 24 to validate, batches of 8

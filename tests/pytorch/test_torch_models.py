@@ -8,14 +8,13 @@ import signal
 from pathlib import Path
 
 import pytest
-from helpers import REPO, wait_until
+from helpers import REPO, needs, wait_until
 from launch.gangs import start
 
 from coordinator.gang import GangRequest
 from tiresias_launch import EXIT_CHECKPOINTED
 
-torch = pytest.importorskip("torch", reason="needs PyTorch (the [torch] extra)")
-pytestmark = pytest.mark.torch
+pytestmark = [pytest.mark.torch, needs("torch", "needs PyTorch (the [torch] extra)")]
 
 #: torchvision's counts at 1000 classes (Inception-v3 without its auxiliary classifier).
 EXPECTED_PARAMS = {"vgg16": 138_357_544, "resnet50": 25_557_032, "inception_v3": 23_834_568}
@@ -24,6 +23,8 @@ TIMEOUT = 180
 
 @pytest.mark.parametrize("name", ["mlp", "cnn", "vgg16", "resnet50", "inception_v3"])
 def test_models_build_and_run_at_their_smallest_size(name: str) -> None:
+    import torch
+
     from models import torch_nets
 
     model = torch_nets.build(name, num_classes=10).eval()

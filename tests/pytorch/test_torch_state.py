@@ -9,7 +9,7 @@ import signal
 from pathlib import Path
 
 import pytest
-from helpers import wait_until
+from helpers import needs, wait_until
 from launch.gangs import Gang, start
 
 from coordinator.gang import GangRequest
@@ -17,8 +17,7 @@ from pytorch.runs import SCRIPTS, TIMEOUT, assert_same_run, losses, preempt_and_
 from tiresias_launch import EXIT_CHECKPOINTED
 from tiresias_launch.checkpoint import PAUSE_HOOK, CheckpointStore
 
-torch = pytest.importorskip("torch", reason="needs PyTorch (the [torch] extra)")
-pytestmark = pytest.mark.torch
+pytestmark = [pytest.mark.torch, needs("torch", "needs PyTorch (the [torch] extra)")]
 
 STEPS = 40
 RANKS = 2
@@ -88,7 +87,8 @@ def test_a_checkpoint_killed_mid_write_leaves_the_previous_one(tmp_path: Path) -
     first = held_run(0, a, {})
     assert first.wait(TIMEOUT) == [EXIT_CHECKPOINTED], first.tails()
     hook = tmp_path / "writing"
-    second = held_run(1, b, {PAUSE_HOOK: str(hook)})
+    # counted as a first run: a run after a preemption never holds (TIRESIAS_HOLD_AT_STEP)
+    second = held_run(0, b, {PAUSE_HOOK: str(hook)})
     wait_until(hook.exists, TIMEOUT, "run B to be inside its checkpoint write")
     second.signal(signal.SIGKILL)
     second.wait(TIMEOUT)
@@ -100,6 +100,8 @@ def test_a_checkpoint_killed_mid_write_leaves_the_previous_one(tmp_path: Path) -
     steps = [int(line.split()[0]) for line in losses(job_dir, 0)]
     assert steps == [*range(b), *range(a, STEPS)]  # B's steps a…b-1 are done again from a
     assert losses(job_dir, 0)[b:] == losses(plain_dir, 0)[a:]
+    import torch
+
     resumed, reference = torch.load(job_dir / "weights.pt"), torch.load(plain_dir / "weights.pt")
     assert all(torch.equal(resumed[k], reference[k]) for k in reference)
 

@@ -9,9 +9,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers import needs
 
-pytest.importorskip("torch", reason="needs PyTorch (the [torch] extra)")
-pytestmark = pytest.mark.torch
+pytestmark = [pytest.mark.torch, needs("torch", "needs PyTorch (the [torch] extra)")]
 
 SCRIPT = Path(__file__).parent / "scripts" / "allreduce_bytes.py"
 #: Three all-reduces of 4 MiB: a ring of two sends each rank's other half, then its reduced

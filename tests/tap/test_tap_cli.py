@@ -57,7 +57,7 @@ def test_profile_windows_show_histograms_since_start_and_rates(sink: SinkServer)
     proc = tap_popen([sys.executable, LOOPER, "stream", str(sink.ports[0])])
     pid = int(proc.stdout.readline().split()[1])
     try:
-        res = tap_cli("profile", str(pid), "--interval", "0.2", "--duration", "0.4", "--json")
+        res = tap_cli("profile", str(pid), "--interval", "0.2", "--total", "0.4", "--json")
         text = tap_cli("profile", str(pid), "--interval", "0.1")
     finally:
         _stop(proc)
@@ -303,12 +303,10 @@ def test_profile_errors() -> None:
     for interval in ("-1", "nan", "inf"):
         bad = tap_cli("profile", "1", "--interval", interval)
         assert bad.returncode == 2 and "--interval must be 0 (no rates) or positive" in bad.stderr
-    bad = tap_cli("profile", "1", "--duration", "nan")
-    assert bad.returncode == 2 and "--duration must be positive" in bad.stderr
-    no_window = tap_cli("profile", "1", "--interval", "0", "--duration", "5")
-    assert (
-        no_window.returncode == 2 and "--duration needs a positive --interval" in no_window.stderr
-    )
+    bad = tap_cli("profile", "1", "--total", "nan")
+    assert bad.returncode == 2 and "--total must be positive" in bad.stderr
+    no_window = tap_cli("profile", "1", "--interval", "0", "--total", "5")
+    assert no_window.returncode == 2 and "--total needs a positive --interval" in no_window.stderr
 
 
 @pytest.mark.skipif(
@@ -390,7 +388,7 @@ def test_skew_from_pid_tf_config_and_dump(tmp_path: Path, sink: SinkServer) -> N
     )
     pid = proc.stdout.readline().split()[1]
     from_environ = tap_cli("skew", pid, "--json", env=env)
-    explicit = tap_cli("skew", pid, "--ps", b, a, env=env)
+    explicit = tap_cli("skew", pid, "--ps-addresses", b, a, env=env)
     proc.stdin.close()
     assert proc.wait(timeout=30) == 0
     assert from_environ.returncode == 0, from_environ.stderr
@@ -414,7 +412,9 @@ def test_skew_from_pid_tf_config_and_dump(tmp_path: Path, sink: SinkServer) -> N
     dump.write_text(json.dumps(unlabelled))
     no_ps = tap_cli("skew", "--dump", str(dump), env=env)
     assert no_ps.returncode == 1 and "no parameter servers" in no_ps.stderr
-    bad_dump = tap_cli("skew", "--dump", str(tmp_path / "tf_config.json"), "--ps", a, env=env)
+    bad_dump = tap_cli(
+        "skew", "--dump", str(tmp_path / "tf_config.json"), "--ps-addresses", a, env=env
+    )
     assert bad_dump.returncode == 1 and "is not an ibverbs-tap dump" in bad_dump.stderr
 
 

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from coordinator.core.free import FreeCounts
 from coordinator.core.model import Job, JobSpec, Node
 from coordinator.core.packlimit import Observation, learn_packlimit
 from coordinator.core.placement import SkewAware
@@ -119,7 +120,9 @@ def test_ps_job_skew_labels_and_placement(tmp_path: Path) -> None:
     nodes = {"n1": Node("n1", (0, 1, 2, 3)), "n2": Node("n2", (0, 1, 2, 3))}
     free = {"n1": 4, "n2": 1}
     chosen = {
-        kind: placement.choose(Job(JobSpec(kind, 2, 0.0, skew=m["measured_skew"])), free, nodes)
+        kind: placement.choose(
+            Job(JobSpec(kind, 2, 0.0, skew=m["measured_skew"])), FreeCounts.of(free, nodes)
+        )
         for kind, m in res["models"].items()
     }
     assert chosen == {"vgg": {"n1": 2}, "resnet": {"n2": 1, "n1": 1}}
