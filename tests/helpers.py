@@ -3,14 +3,35 @@
 
 from __future__ import annotations
 
+import importlib
+import importlib.util
 import socket
 import time
+import types
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[1]
 FAKE_JOB = REPO / "examples" / "fake_job.py"
+
+
+class Lazy(types.ModuleType):
+    """A module imported when a test first uses it, not when its test file is collected
+    (``tf = Lazy("tensorflow")`` at the top of a test file)."""
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith(("_", "pytest")):  # pytest's collection looks for its markers
+            raise AttributeError(name)
+        return getattr(importlib.import_module(self.__name__), name)
+
+
+def needs(module: str, reason: str) -> pytest.MarkDecorator:
+    """Skip unless ``module`` is installed, found without importing it: collecting the
+    tests imports no framework, so the fast tier starts in seconds."""
+    return pytest.mark.skipif(importlib.util.find_spec(module) is None, reason=reason)
 
 
 #: No wait gives up sooner: a timeout only bounds how long a failing test takes, and a

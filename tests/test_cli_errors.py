@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from coordinator.cli import main as tiresias
+from coordinator.executors.agents.cli import main as agent
 from coordinator.run import main as run
-from coordinator.service import keys
-from coordinator.service.agent_cli import main as agent
+from coordinator.service import curve as keys
 from coordinator.service.cli import main as coordinator
 from coordinator.sim.cli import main as sim
 from ibverbs_tap.cli import main as tap
@@ -64,7 +64,7 @@ def test_service_commands(
         (tiresias, ["queue", "--coordinator", "garbage"], "coordinator address 'garbage'"),
         (tiresias, ["submit", "--workers", HUGE, SCRIPT], "expected a whole number"),
         (tiresias, ["submit", "--env", "NOVALUE", SCRIPT], "expected NAME=VALUE"),
-        (tiresias, ["submit", "--workers", "2", "--gpus", "3", SCRIPT], "must equal 'workers'"),
+        (tiresias, ["submit", "--gpus", "3", SCRIPT], "No such option '--gpus'"),
         (tiresias, ["submit", "--ps", "1", "--horovod", SCRIPT], "are exclusive"),
         (tiresias, ["submit", "--timeout", "-1", SCRIPT], "expected seconds > 0"),
         (tiresias, ["status", "--since", "yesterday"], "expected a duration (90s, 30m"),
@@ -116,6 +116,31 @@ def test_simulator(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     ]
     for argv, problem in cases:
         _check(capsys, sim, argv, problem)
+
+
+@pytest.mark.parametrize("main", [run, tiresias])
+def test_a_worker_range_is_checked_like_any_count(
+    capsys: pytest.CaptureFixture[str], main: Callable
+) -> None:
+    """``--workers MIN:MAX`` (an elastic gang) is checked like any count, one line and exit
+    2 before anything is sent; ``--ps`` is a fixed count in every framework, and a range
+    there says so."""
+    argv = [] if main is run else ["submit"]
+    _check(capsys, main, [*argv, "--workers", "8:2", SCRIPT], "MIN <= MAX")
+    _check(capsys, main, [*argv, "--workers", "0:2", SCRIPT], ">= 1")
+    _check(capsys, main, [*argv, "--workers", "2:x", SCRIPT], "expected a number, got 'x'")
+    _check(capsys, main, [*argv, "--workers", "2:", SCRIPT], "expected a number, got ''")
+    _check(capsys, main, [*argv, "--ps", "1:2", SCRIPT], "parameter servers are a fixed count")
+    ps_range = [*argv, "--workers", "2:4", "--ps", "1", SCRIPT]
+    _check(capsys, main, ps_range, "a parameter-server job takes a fixed number of workers")
+
+
+def test_a_range_is_the_most_and_the_fewest_workers() -> None:
+    from tiresias_cli.values import Workers, worker_count
+
+    assert worker_count("4") == worker_count("4:4") == Workers(4)  # a fixed count
+    assert worker_count("2:8") == Workers(8, 2)
+    assert (str(Workers(8, 2)), str(Workers(4))) == ("2:8", "4")
 
 
 def test_usage_errors_are_one_line_in_every_program(capsys: pytest.CaptureFixture[str]) -> None:

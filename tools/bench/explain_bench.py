@@ -1,8 +1,9 @@
 """What pending reasons and histories cost the coordinator, with N active jobs on a 64×8
 cluster (512 running, the rest waiting): ``explain`` wording every waiting job (the
-simulator's ``--reasons``) and wording one listing page of 500 (what a ``queue`` page and the
-dashboard's snapshot ask), and ``Timeline.observe`` after a pass that changed nothing (the
-coordinator looks after every pass).
+simulator's ``--reasons``) and ``explain_jobs`` wording one listing page of 500 (what a
+``queue`` page and the dashboard's snapshot ask: the page only, from the last pass's
+decision), and ``Timeline.observe`` after a pass that changed nothing (the coordinator looks
+after every pass).
 
     python tools/bench/explain_bench.py [--jobs 1000 10000] [--repeat 20]
 """
@@ -14,7 +15,7 @@ import time
 from collections.abc import Callable
 
 from coordinator.core import JobSpec, Node, Scheduler, SchedulerConfig, make_placement, make_policy
-from coordinator.core.explain import explain
+from coordinator.core.explain import explain, explain_jobs
 from coordinator.core.history import Timeline
 
 
@@ -53,9 +54,7 @@ def main() -> None:
         timeline.observe(sched, now)
         page = {f"j{i}" for i in range(512, 1012)}
         reasons = best(args.repeat, lambda s=sched, t=now: explain(s, t))
-        paged = best(
-            args.repeat, lambda s=sched, t=now, p=page: explain(s, t, lambda j, _: j.job_id in p)
-        )
+        paged = best(args.repeat, lambda s=sched, t=now, p=page: explain_jobs(s, t, p))
         observe = best(args.repeat, lambda s=sched, t=now, tl=timeline: tl.observe(s, t))
         print(f"| {n:,} | {reasons:.1f} | {paged:.1f} | {observe:.1f} |")
 

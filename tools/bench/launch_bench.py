@@ -10,6 +10,9 @@
    against writing the same checkpoint bytes with a plain ``write`` + ``fsync``.
 3. PyTorch only: State's checkpoint and restore against a plain ``torch.save`` (+ fsync) and
    ``torch.load`` of the same state dicts.
+4. ``--end-to-end``: one process preempted (SIGTERM → exited 75) and resumed (start → first
+   step after the restore) under the runtime, against the same loop saving and loading itself
+   with its framework's plain checkpoint, in interleaved pairs (``launch_resume.py``).
 """
 
 from __future__ import annotations
@@ -333,6 +336,13 @@ def main() -> None:
     parser.add_argument("--horovod", action="store_true", help="Horovod/Gloo instead of MWMS")
     parser.add_argument("--skip-overhead", action="store_true", help="only time preemption")
     parser.add_argument(
+        "--end-to-end",
+        type=int,
+        metavar="PAIRS",
+        help="only time preemption and resume against the plain framework checkpoint, in "
+        "PAIRS interleaved pairs (one process; --width sets the state's size)",
+    )
+    parser.add_argument(
         "--framework", choices=("tensorflow", "torch", "lightning"), default="tensorflow"
     )
     args = parser.parse_args()
@@ -347,6 +357,12 @@ def main() -> None:
         TIRESIAS_CHECKPOINT_DIR=tempfile.mkdtemp(prefix="tiresias-bench-"),
     )
     result: dict[str, object] = {}
+    if args.end_to_end:
+        from launch_resume import end_to_end, markdown_row
+
+        measured = end_to_end(args.framework, args.width, args.end_to_end)
+        print(json.dumps({**measured, "markdown_row": markdown_row(measured)}, indent=2))
+        return
     if not args.skip_overhead:
         result["overhead"] = overhead(args.steps, args.framework)
     result["preemption"] = preemption(

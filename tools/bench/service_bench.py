@@ -5,10 +5,14 @@ loopback (target ≥ 20,000/s). The coordinator runs in its own process; each se
 fires pre-encoded ``report`` messages as fast as its DEALER allows; the rate is what the
 coordinator counted (``tiresias_messages_total{type="report"}``) over the wall time.
 
-``pass``: scheduling-pass latency with 1,000 nodes × 8 GPUs and 10,000 waiting jobs (target
-p99 < 20 ms). Jobs of 1–8 GPUs fill the cluster in the first pass (reported apart); each
-following pass sees a few completions and as many arrivals, so 10,000 jobs keep waiting.
-Each pass is measured as the service runs it: the core pass plus its journal commit.
+``pass``: scheduling-pass latency, wall and CPU, of clusters of N nodes × 8 GPUs with W
+waiting jobs (default 100×10,000 as the baseline, then 1,000 × 1,000 / 10,000 / 50,000;
+target at 1,000 × 10,000: p99 < 5 ms, first pass < 100 ms). Jobs of 1–8 GPUs fill the
+cluster in the first (cold) pass; each following pass sees a few completions (retired) and
+as many arrivals, so W jobs keep waiting. Each pass is measured as the service runs it, the
+core pass plus its journal commit (``--core``: the core's pass alone). Each configuration
+runs in its own child process, interleaved round by round; the table gives medians and
+ratios of CPU time to the baseline.
 
     python tools/bench/service_bench.py messages [--senders 8] [--messages 40000]
 ``handler``: CPU time the coordinator spends per ``report`` (decode, validation, access
@@ -16,15 +20,17 @@ check, bookkeeping), in this process with the socket left out, so that it does n
 the machine's load as ``messages`` does: a change to the service core shows here.
 
     python tools/bench/service_bench.py messages [--senders 8] [--messages 40000]
-    python tools/bench/service_bench.py pass [--nodes 1000] [--jobs 10000] [--passes 300]
+    python tools/bench/service_bench.py pass [--config 100x10000 …] [--core] [--rounds 5]
     python tools/bench/service_bench.py handler [--messages 100000]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import multiprocessing
+import os
 import random
 import statistics
 import subprocess
@@ -38,21 +44,14 @@ from typing import Any
 import zmq
 
 from coordinator import protocol
-from coordinator.core.events import Exited, NodeUp, Schedule, Submit, to_wire
-from coordinator.core.model import ExitOutcome, JobSpec, Node
+from coordinator.core.events import Exited, NodeUp, Retire, Schedule, Submit, to_wire
+from coordinator.core.model import ExitOutcome, JobSpec, Node, Start
 from coordinator.core.settings import Settings, build_scheduler
+from coordinator.gang import free_local_port
 from coordinator.service.client import Client
 from coordinator.service.coordinator import Coordinator, Options
 from coordinator.service.identity import ANY_NODE, Peer
 from coordinator.service.store import Store
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _reports(job_ids: list[str]) -> list[bytes]:
@@ -95,7 +94,7 @@ def _reports_seen(metrics_port: int) -> float:
 
 
 def bench_messages(senders: int, messages: int) -> dict[str, float]:
-    metrics_port = _free_port()
+    metrics_port = free_local_port()
     with tempfile.TemporaryDirectory() as state:
         address = f"ipc://{state}/coordinator.sock"
         coord = subprocess.Popen(
@@ -152,12 +151,16 @@ def bench_messages(senders: int, messages: int) -> dict[str, float]:
             coord.wait()
 
 
-def bench_pass(nodes: int, jobs: int, passes: int, seed: int = 1) -> dict[str, float]:
-    rng = random.Random(seed)
+def bench_pass(
+    nodes: int, jobs: int, passes: int, journal: bool, seed: int = 1
+) -> dict[str, float]:
+    """One configuration in this process: the first (cold) pass and ``passes`` steady ones,
+    wall and CPU milliseconds; ``journal``: each pass in its journal commit, as the service
+    runs it (else the core's pass alone)."""
+    rng = random.Random(1)
     with tempfile.TemporaryDirectory() as state:
-        opts = Options(state=Path(state), settings=Settings(queue_thresholds=(3600.0,)))
-        sched = build_scheduler(opts.settings)
-        store = Store(Path(state))
+        sched = build_scheduler(Settings(queue_thresholds=(3600.0,)))
+        store = Store(Path(state)) if journal else None
         now = 0.0
         for n in range(nodes):
             sched.apply(NodeUp(Node(f"n{n:04d}", tuple(range(8))), now))
@@ -172,40 +175,73 @@ def bench_pass(nodes: int, jobs: int, passes: int, seed: int = 1) -> dict[str, f
         for _ in range(jobs):
             submit()
 
-        def one_pass() -> tuple[float, list]:
-            t0 = time.perf_counter()
-            with store.tx():
+        def one_pass() -> tuple[float, float, list[str]]:
+            w0, c0 = time.perf_counter(), time.process_time()
+            with store.tx() if store is not None else contextlib.nullcontext():
                 event = Schedule(now)
                 decisions = sched.apply(event)
-                store.append(*to_wire(event))
-            return time.perf_counter() - t0, decisions
+                if store is not None:
+                    store.append(*to_wire(event))
+            wall, cpu = time.perf_counter() - w0, time.process_time() - c0
+            return wall, cpu, [d.job_id for d in decisions if isinstance(d, Start)]
 
-        first, started = one_pass()
-        running = [d.job_id for d in started]
+        first, first_cpu, running = one_pass()
         for _ in range(len(running)):
             submit()  # keep ``jobs`` waiting behind a full cluster
-        lat = []
+        walls, cpus = [], []
         for _ in range(passes):
             now += 1.0
-            for _ in range(3):  # a few completions and arrivals between passes
+            for _ in range(3):  # a few completions (retired, as the service does) and arrivals
                 done = running.pop(rng.randrange(len(running)))
                 sched.apply(Exited(done, now, ExitOutcome.COMPLETED))
+                sched.apply(Retire(done))
                 submit()
-            seconds, decisions = one_pass()
-            lat.append(seconds)
-            running += [d.job_id for d in decisions if hasattr(d, "allocation")]
-        store.close()
-    lat.sort()
+            wall, cpu, started = one_pass()
+            walls.append(wall)
+            cpus.append(cpu)
+            running += started
+        if store is not None:
+            store.close()
+    walls.sort()
+    cpus.sort()
+    p99 = int(0.99 * (passes - 1))
     return {
-        "nodes": nodes,
-        "gpus": nodes * 8,
-        "waiting_jobs": jobs,
-        "passes": passes,
-        "first_pass_ms": round(first * 1e3, 2),
-        "p50_ms": round(statistics.median(lat) * 1e3, 3),
-        "p99_ms": round(lat[int(0.99 * (len(lat) - 1))] * 1e3, 3),
-        "max_ms": round(lat[-1] * 1e3, 3),
+        "first_ms": first * 1e3,
+        "first_cpu_ms": first_cpu * 1e3,
+        "p50_ms": statistics.median(walls) * 1e3,
+        "p99_ms": walls[p99] * 1e3,
+        "p99_cpu_ms": cpus[p99] * 1e3,
     }
+
+
+def compare_passes(configs: list[str], passes: int, rounds: int, journal: bool) -> None:
+    """``bench_pass`` of each ``NODESxJOBS`` configuration in its own child process,
+    interleaved round by round (A B A B …); a table of medians, ratios to the first."""
+    runs: dict[str, list[dict[str, float]]] = {c: [] for c in configs}
+    for _ in range(rounds):
+        for config in configs:
+            nodes, jobs = config.split("x")
+            args = ["pass", "--child", "--nodes", nodes, "--jobs", jobs, "--passes", str(passes)]
+            out = subprocess.run(
+                [sys.executable, __file__, *args, *(["--core"] if not journal else [])],
+                capture_output=True,
+                text=True,
+                check=True,
+            )
+            runs[config].append(json.loads(out.stdout))
+    print(f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}; medians of {rounds}")
+    fields = ("first_ms", "first_cpu_ms", "p50_ms", "p99_ms", "p99_cpu_ms")
+    print("| nodes × waiting | " + " | ".join(fields) + " | first CPU ratio | p99 CPU ratio |")
+    print("| --- |" + " ---: |" * (len(fields) + 2))
+    medians = {
+        c: {f: statistics.median(r[f] for r in rs) for f in fields} for c, rs in runs.items()
+    }
+    base = medians[configs[0]]
+    for config, med in medians.items():
+        cells = " | ".join(f"{med[f]:.2f}" for f in fields)
+        ratios = f"{med['first_cpu_ms'] / base['first_cpu_ms']:.2f} | "
+        ratios += f"{med['p99_cpu_ms'] / base['p99_cpu_ms']:.2f}"
+        print(f"| {config.replace('x', ' × ')} | {cells} | {ratios} |")
 
 
 class _Discard:
@@ -245,9 +281,13 @@ def main(argv: list[str] | None = None) -> int:
     m.add_argument("--senders", type=int, default=8)
     m.add_argument("--messages", type=int, default=40_000)
     p = sub.add_parser("pass")
-    p.add_argument("--nodes", type=int, default=1000)
-    p.add_argument("--jobs", type=int, default=10_000)
+    p.add_argument("--config", action="append", help="NODESxJOBS, the first the baseline")
     p.add_argument("--passes", type=int, default=300)
+    p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--core", action="store_true", help="the core's pass alone, no journal")
+    p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--nodes", type=int, help=argparse.SUPPRESS)
+    p.add_argument("--jobs", type=int, help=argparse.SUPPRESS)
     h = sub.add_parser("handler")
     h.add_argument("--messages", type=int, default=100_000)
     args = ap.parse_args(argv)
@@ -255,8 +295,12 @@ def main(argv: list[str] | None = None) -> int:
         result = bench_messages(args.senders, args.messages)
     elif args.what == "handler":
         result = bench_handler(args.messages)
+    elif args.child:
+        result = bench_pass(args.nodes, args.jobs, args.passes, journal=not args.core)
     else:
-        result = bench_pass(args.nodes, args.jobs, args.passes)
+        configs = args.config or ["100x10000", "1000x1000", "1000x10000", "1000x50000"]
+        compare_passes(configs, args.passes, args.rounds, journal=not args.core)
+        return 0
     print(json.dumps(result))
     return 0
 

@@ -12,6 +12,11 @@ one 2-GPU node). Each round, on the coordinator's manual clock (2D-LAS, threshol
 - ``resume``: seconds from the newcomer's exit until the victim runs again.
 
     sudo python tools/bench/slurm_bench.py [--rounds 5]
+
+Both setups run side by side and their rounds alternate (agents, Slurm, agents, …), so the
+machine's load falls on both alike. Beside the medians of each latency, ``cpu s`` is the
+median CPU time per round of the processes that run the executor (the coordinator with the
+commands it ran, and the agent, or slurmctld and slurmd with theirs).
 """
 
 from __future__ import annotations
@@ -61,7 +66,7 @@ class Setup:
         self.client = Client(self.address, None, timeout=10)
         wait(self._answers, "the coordinator")
         if executor == "agents":
-            self.procs.append(self._spawn("agent", "coordinator.service.agent_cli",
+            self.procs.append(self._spawn("agent", "coordinator.executors.agents.cli",
                                           "--coordinator", self.address, "--gpus", "2", "--name",
                                           "n1", "--workdir", str(tmp / "agent")))  # fmt: skip
         wait(lambda: self.client.request("nodes")["nodes"], "the node")
@@ -121,23 +126,43 @@ class Setup:
             p.wait(20)
 
 
+def cpu_seconds(pids: list[int]) -> float:
+    """User and system CPU of these processes and their waited-for children, in seconds."""
+    total = 0
+    for pid in pids:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        total += sum(int(f) for f in fields[11:15])  # utime stime cutime cstime
+    return total / os.sysconf("SC_CLK_TCK")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rounds", type=int, default=5, help="rounds per executor (default 5)")
     args = ap.parse_args()
     require("slurm_bench")
-    results: dict[str, dict[str, float]] = {}
+    rounds: dict[str, list[dict[str, float]]] = {"agents": [], "slurm": []}
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
         with LocalSlurm(tmp / "cluster", {"n1": 2}) as slurm:
-            for executor in ("agents", "slurm"):
-                (tmp / executor).mkdir()
-                setup = Setup(tmp / executor, executor, {**os.environ, **slurm.env})
-                try:
-                    rounds = [setup.round() for _ in range(args.rounds)]
-                finally:
+            setups = {}
+            try:
+                for executor in rounds:
+                    (tmp / executor).mkdir()
+                    setups[executor] = Setup(tmp / executor, executor, {**os.environ, **slurm.env})
+                daemons = [p.pid for name, p in slurm.procs().items() if name != "munged"]
+                for _ in range(args.rounds):
+                    for executor, setup in setups.items():
+                        pids = [p.pid for p in setup.procs]
+                        pids += daemons if executor == "slurm" else []
+                        cpu = cpu_seconds(pids)
+                        row = setup.round()
+                        rounds[executor].append({**row, "cpu s": cpu_seconds(pids) - cpu})
+            finally:
+                for setup in setups.values():
                     setup.close()
-                results[executor] = {k: statistics.median(r[k] for r in rounds) for k in rounds[0]}
+    results = {
+        e: {k: statistics.median(r[k] for r in rs) for k in rs[0]} for e, rs in rounds.items()
+    }
     print(f"{'median seconds':16}" + "".join(f"{k:>16}" for k in results["agents"]))
     for executor, row in results.items():
         print(f"{executor:16}" + "".join(f"{v:16.3f}" for v in row.values()))
