@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 from coordinator.core.model import Job, JobState, Node
 from coordinator.core.placement import packlimit_of
-from coordinator.core.policy_base import Key, thresholds_of
+from coordinator.core.policy_base import Key, submission_order, thresholds_of
 from coordinator.core.scheduler import Scheduler
 from coordinator.core.selection import Ahead, AheadIndex, Decided, Reason
 
@@ -143,13 +143,15 @@ class _Words:
         return self.decided.free
 
     def releasing(self) -> list[Job]:
-        """The jobs that still hold GPUs after a preemption (a cancel's are stopping)."""
+        """The jobs that still hold GPUs after a preemption (a cancel's are stopping), in
+        submission order: read from the jobs that hold GPUs, not from every active one."""
         if self._releasing is None:
-            self._releasing = [
-                j
-                for j in active_jobs(self.sched)
-                if j.state is JobState.PREEMPTING and j.allocation and not j.cancel_requested
-            ]
+            holding = self.sched.policy.holding_per_queue().values()
+            stopping = (self.sched.job(k[-1]) for held in holding for k in held.order)
+            self._releasing = sorted(
+                (j for j in stopping if j.state is JobState.PREEMPTING and not j.cancel_requested),
+                key=submission_order,
+            )
         return self._releasing
 
     def reason(self, job: Job, key: Key) -> Reason:
@@ -172,9 +174,9 @@ class _Words:
     def ahead(self, key: Key) -> Ahead:
         if self.walk is not None:
             return self.walk.at(key)
-        if self._running is None:  # non-preemptive: every running job is ahead, once a page
-            running = [j for j in active_jobs(self.sched) if j.state is JobState.RUNNING]
-            self._running = Ahead(len(running), sum(j.gpus for j in running))
+        if self._running is None:  # non-preemptive: every job that holds GPUs is ahead
+            holding = self.sched.policy.holding_per_queue().values()
+            self._running = Ahead(sum(h.jobs for h in holding), sum(h.gpus for h in holding))
         return self._running
 
     def pending(self, job: Job, key: Key, reason: Reason, position: int, overall: int) -> Pending:

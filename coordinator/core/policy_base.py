@@ -18,6 +18,7 @@ import heapq
 import math
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol, runtime_checkable
 
 from coordinator.core.config import SchedulerConfig
@@ -42,6 +43,22 @@ def thresholds_of(policy: Policy) -> tuple[float, ...] | None:
     return thresholds
 
 
+@dataclass(slots=True)
+class Holding:
+    """One queue's jobs that hold GPUs: how many, the GPUs they hold, and their
+    ``submission_order`` keys, sorted (the job id is each key's last item)."""
+
+    jobs: int = 0
+    gpus: int = 0
+    order: list[Key] = field(default_factory=list)
+
+
+def submission_order(job: Job) -> Key:
+    """Arrival, then the id in natural order (``j9`` before ``j10``): the order jobs were
+    submitted in, even when several share a clock reading."""
+    return (job.spec.arrival, len(job.job_id), job.job_id)
+
+
 class Policy(ABC):
     """Orders jobs. ``preemptive``: running jobs compete with waiting ones at every pass and
     may lose their GPUs. ``blocking``: the first waiting job that cannot start blocks all later
@@ -64,6 +81,8 @@ class Policy(ABC):
         self._running: list[Key] = []  # fixed keys of running jobs, sorted …
         self._running_gpus: list[int] = []  # … and their GPU counts, in the same order
         self._running_dyn: dict[str, Job] = {}  # running jobs whose key changes with time
+        self._holding: dict[int, Holding] = {}  # queue → its jobs that hold GPUs
+        self._holds: dict[str, tuple[int, int, Key]] = {}  # such a job → (queue, GPUs, order)
         #: running elastic jobs below their ask (``coordinator.core.elastic``): read only
         self.below: dict[str, Job] = {}
         self._version = 0  # bumped on every change: running_order's cache key
@@ -88,6 +107,8 @@ class Policy(ABC):
     def changed(self, job: Job, now: float) -> None:
         """Re-file ``job`` after any change of its state, queue or service."""
         self.remove(job)
+        if job.state in (JobState.RUNNING, JobState.PREEMPTING):  # a stopping job holds its GPUs
+            self._hold(job)
         running = job.state is JobState.RUNNING
         if not (job.state is JobState.WAITING or (running and self.preemptive)):
             return
@@ -119,6 +140,8 @@ class Policy(ABC):
         if self.touched is not None:
             self.touched[job_id] = None
         self.below.pop(job_id, None)
+        if job_id in self._holds:
+            self._unhold(job_id)
         if self._members.pop(job_id, None) is None:
             return
         k = self._filed.pop(job_id)
@@ -141,6 +164,24 @@ class Policy(ABC):
             counts[1] -= gpus
             if not counts[0]:
                 del self._per_queue[queue]
+
+    def _hold(self, job: Job) -> None:
+        order = submission_order(job)
+        gpus = job.gpus if job.allocation is None else job.allocation.count  # a stopping
+        self._holds[job.job_id] = (job.queue, gpus, order)  # elastic job is back at its ask
+        held = self._holding.setdefault(job.queue, Holding())
+        held.jobs += 1
+        held.gpus += gpus
+        bisect.insort(held.order, order)
+
+    def _unhold(self, job_id: str) -> None:
+        queue, gpus, order = self._holds.pop(job_id)
+        held = self._holding[queue]
+        held.jobs -= 1
+        held.gpus -= gpus
+        del held.order[bisect.bisect_left(held.order, order)]
+        if not held.jobs:
+            del self._holding[queue]
 
     def job(self, key: Key) -> Job:
         return self._members[key[-1]]
@@ -174,6 +215,11 @@ class Policy(ABC):
         """Queue → [waiting jobs, the GPUs they start on (an elastic job: its fewest, as its
         pending reason counts)], kept as jobs are filed (the policy's own: never modify it)."""
         return self._per_queue
+
+    def holding_per_queue(self) -> Mapping[int, Holding]:
+        """Queue → its jobs that hold GPUs (running or being stopped), kept as jobs are filed,
+        for every policy (the policy's own: never modify it)."""
+        return self._holding
 
     def waiting_order(self) -> list[Key]:
         """Keys of the waiting jobs, highest priority first (the policy's own list: read it,

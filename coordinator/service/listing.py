@@ -132,33 +132,34 @@ def fit(view: dict[str, Any]) -> dict[str, Any]:
 def first_screen(c: Server, msg: dict[str, Any]) -> dict[str, Any]:
     """What ``tiresias queue`` shows first: per queue, how many jobs run and wait (and their
     GPUs), and the head of each line: its first ``heads`` waiting jobs in line order, beside
-    the first ``heads`` running jobs of that queue (only ``user``'s, if given). Its cost is
-    set by the running jobs (the GPUs) and the heads, not by how many wait: the policy keeps
-    the waiting counts, and a user's screen reads that user's jobs only."""
+    the first ``heads`` running jobs of that queue in submission order (only ``user``'s, if
+    given). Its cost is set by the heads, not by how many jobs run or wait: the policy keeps
+    each queue's counts and its running jobs in order, and a user's screen reads that
+    user's jobs only."""
     heads, user = min(msg["heads"], MAX_HEADS), msg.get("user")
     policy = c.sched.policy
     counts: dict[int, dict[str, int]] = {}
+    running: dict[int, list[Job]] = {}
+    mine: list[Job] = []  # the user's waiting jobs
     if user is None:
         for q, (n, gpus) in policy.waiting_per_queue().items():
             counts[q] = {**dict.fromkeys(COUNTS, 0), "waiting": n, "waiting_gpus": gpus}
-        numbers = sorted(map(number, c.book.held()))  # the running, in submission order
+        for q, held in policy.holding_per_queue().items():
+            counted = counts.setdefault(q, dict.fromkeys(COUNTS, 0))
+            counted["running"], counted["running_gpus"] = held.jobs, held.gpus
+            running[q] = [c.sched.job(k[-1]) for k in held.order[:heads]]
     else:
-        numbers = list(c.active.after(0, user))
-    running: dict[int, list[Job]] = {}
-    mine: list[Job] = []  # the user's waiting jobs
-    for job in (c.sched.job(f"j{n}") for n in numbers):
-        what = STATE_COUNTED.get(job.state)
-        if what is None:
-            continue
-        counted = counts.setdefault(job.queue, dict.fromkeys(COUNTS, 0))
-        if what == "waiting":
-            mine.append(job)
-        if what == "waiting" and user is None:
-            continue  # counted by the policy
-        counted[what] += 1
-        counted[f"{what}_gpus"] += job.spec.smallest if what == "waiting" else job.gpus
-        if what == "running" and counted[what] <= heads:
-            running.setdefault(job.queue, []).append(job)
+        for job in (c.sched.job(f"j{n}") for n in c.active.after(0, user)):
+            what = STATE_COUNTED.get(job.state)
+            if what is None:
+                continue
+            counted = counts.setdefault(job.queue, dict.fromkeys(COUNTS, 0))
+            counted[what] += 1
+            counted[f"{what}_gpus"] += job.spec.smallest if what == "waiting" else job.gpus
+            if what == "waiting":
+                mine.append(job)
+            elif counted[what] <= heads:
+                running.setdefault(job.queue, []).append(job)
     waiting: dict[int, list[Job]] = {}
     if user is None:
         line: Iterable[Job] = (policy.job(k) for k in policy.waiting_order())

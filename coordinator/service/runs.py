@@ -365,13 +365,6 @@ class RunBook:
                 self._index(job_id, rec.run, add=True)
         return self.on_node.get(node, set())
 
-    def held(self) -> set[str]:
-        """The jobs with a current run (running or stopping): as many as the GPUs allow,
-        however many wait."""
-        self.jobs_on("")  # builds the index
-        assert self.on_node is not None
-        return set().union(*self.on_node.values())
-
     def _index(self, job_id: str, run: Run | None, add: bool) -> None:
         """Add or remove ``job_id`` under the nodes of its ``run`` (once ``on_node`` is built)."""
         if run is None or self.on_node is None:

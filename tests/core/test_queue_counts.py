@@ -1,7 +1,8 @@
 """What the policy tracks as jobs change, against a walk of every job, for every policy,
 through starts, preemptions, demotions, promotions, cancels, a node lost and back, and
-exits: its waiting counts per queue (what ``tiresias queue``'s first screen shows without
-walking the waiting jobs), and the jobs it says were touched, from which ``Timeline`` tells
+exits: its waiting counts per queue and the jobs holding GPUs in each queue, in submission
+order (what ``tiresias queue``'s first screen shows without walking the waiting or the
+running jobs), and the jobs it says were touched, from which ``Timeline`` tells
 each pass's events (the walk of every active job, kept here as the reference)."""
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from coordinator.core import (
     Preempt,
     Scheduler,
     Start,
+    events,
     make_policy,
 )
 from coordinator.core.explain import active_jobs
@@ -40,6 +42,18 @@ def walked(s: Scheduler) -> dict[int, list[int]]:
             q = counts.setdefault(job.queue, [0, 0])
             q[0] += 1
             q[1] += job.spec.smallest  # an elastic job: the GPUs it would start on
+    return counts
+
+
+def walked_holding(s: Scheduler) -> dict[int, tuple[int, int, list[str]]]:
+    """Queue → (jobs running or being stopped, the GPUs they hold, their ids in submission
+    order)."""
+    counts: dict[int, tuple[int, int, list[str]]] = {}
+    for job in s.jobs():  # submission order
+        if job.state in (JobState.RUNNING, JobState.PREEMPTING):
+            n, gpus, ids = counts.get(job.queue, (0, 0, []))
+            assert job.allocation is not None
+            counts[job.queue] = (n + 1, gpus + job.allocation.count, [*ids, job.job_id])
     return counts
 
 
@@ -67,22 +81,30 @@ class WalkedTimeline:
 
 def replay(policy: str, jobs: Jobs, look: Callable[[Scheduler, float], None]) -> None:
     """``jobs`` through a 2-node cluster, ``look`` after each pass; action 2 loses a node for
-    a step, 1 cancels an earlier job, 3 and 4 let more time pass."""
+    a step, 1 cancels an earlier job, 3 and 4 let more time pass (3 makes an 8-GPU job
+    elastic); a preempted job exits at the next step."""
     s = Scheduler([Node(f"n{i}", tuple(range(8))) for i in range(2)], make_policy(policy))
     running: dict[str, float] = {}  # started job → when it completes
     now = 0.0
 
+    stopping: list[str] = []  # preempted, exiting at the next step (their GPUs still held)
+
     def schedule(now: float) -> None:
+        for job_id in stopping:
+            if s.job(job_id).state is JobState.PREEMPTING:  # not lost with a node meanwhile
+                s.exited(job_id, now, ExitOutcome.CHECKPOINTED)
+        stopping.clear()
         for d in s.schedule(now):
             if isinstance(d, Start):
                 running[d.job_id] = now + (s.job(d.job_id).spec.duration or 0.0)
             elif isinstance(d, Preempt):
                 running.pop(d.job_id, None)
-                s.exited(d.job_id, now, ExitOutcome.CHECKPOINTED)
+                stopping.append(d.job_id)
         look(s, now)
 
     for n, (gpus, duration, action) in enumerate(jobs):
-        s.submit(JobSpec(f"j{n}", gpus, arrival=now, duration=duration), now)
+        least = 2 if gpus == 8 and action == 3 else None  # elastic: 2 to 8 GPUs
+        s.submit(JobSpec(f"j{n}", gpus, arrival=now, duration=duration, min_gpus=least), now)
         if action == 1 and n:
             s.cancel(f"j{n // 2}", now)
         if action == 2:
@@ -110,6 +132,17 @@ def test_waiting_counts_per_queue_follow_every_change(policy: str, jobs: Jobs) -
 
 
 @settings(max_examples=100, deadline=None)
+@given(st.sampled_from(POLICY_NAMES), jobs_strategy)
+def test_holding_per_queue_follows_every_change(policy: str, jobs: Jobs) -> None:
+    def look(s: Scheduler, now: float) -> None:
+        held = s.policy.holding_per_queue()
+        got = {q: (h.jobs, h.gpus, [k[-1] for k in h.order]) for q, h in held.items()}
+        assert got == walked_holding(s), policy
+
+    replay(policy, jobs, look)
+
+
+@settings(max_examples=100, deadline=None)
 @given(st.sampled_from(POLICY_NAMES), jobs_strategy, st.booleans())
 def test_the_timeline_of_touched_jobs_tells_what_a_walk_tells(
     policy: str, jobs: Jobs, primed: bool
@@ -127,3 +160,17 @@ def test_the_timeline_of_touched_jobs_tells_what_a_walk_tells(
 
     replay(policy, jobs, look)
     assert any(told) or primed  # a look tells something
+
+
+def test_a_stopping_elastic_job_counts_the_gpus_it_holds() -> None:
+    """A cancelled elastic job is back at its ask (8) while it still holds the 4 it ran on."""
+    s = Scheduler([Node("n0", tuple(range(8)))], make_policy("tiresias-l"))
+    s.submit(JobSpec("j0", 4, arrival=0.0, duration=100.0), 0.0)
+    s.submit(JobSpec("j1", 8, arrival=0.0, duration=100.0, min_gpus=2), 0.0)
+    s.schedule(0.0)
+    s.apply(events.Release("j1", 0.0))  # its runtime can resize: it runs on 4 of 2 to 8
+    assert s.job("j1").gpus == 4
+    s.cancel("j1", 1.0)
+    assert s.job("j1").state is JobState.PREEMPTING and s.job("j1").gpus == 8
+    held = s.policy.holding_per_queue()[0]
+    assert (held.jobs, held.gpus) == (2, 8)

@@ -3,7 +3,8 @@
 bytecodes run plus SQLite VM steps (never wall-clock). The issue allows 2×; the work is the
 same within SLACK here, so that any step walking every job (even at a few bytecodes a job)
 fails. Finished jobs leave memory for the archive and are answered from it. (``queue``'s
-first screen and ``nodes`` cost what runs, not what waits; a pass what changed.)"""
+first screen costs its heads, also behind 1,000 running jobs; ``nodes`` what runs, not what
+waits; a pass what changed.)"""
 
 from __future__ import annotations
 
@@ -16,7 +17,8 @@ import pytest
 
 from coordinator import bounds
 from coordinator.core import events
-from coordinator.core.model import Node
+from coordinator.core.model import JobState, Node
+from coordinator.core.settings import Settings
 from coordinator.service import requests
 from coordinator.service.coordinator import Coordinator, Options
 from coordinator.service.identity import Peer
@@ -52,29 +54,37 @@ def crowd(state: Path, active: int, finished: int) -> Coordinator:
     return c
 
 
-def work(c: Coordinator, handler: Callable[..., Any], msg: dict[str, Any]) -> tuple[int, Any]:
-    """(Python bytecodes run + SQLite VM steps / VM_STEPS, the reply) of one request."""
-    counted = 0
+def counted(call: Callable[[], Any], db: Any = None) -> tuple[int, Any]:
+    """(Python bytecodes run, plus SQLite VM steps / VM_STEPS on ``db``; the result) of
+    ``call()``."""
+    count = 0
 
     def trace(frame: Any, event: str, arg: Any) -> Any:
-        nonlocal counted
+        nonlocal count
         frame.f_trace_opcodes = True
-        counted += event == "opcode"
+        count += event == "opcode"
         return trace
 
     def step() -> int:
-        nonlocal counted
-        counted += 1
+        nonlocal count
+        count += 1
         return 0
 
-    c.store.db.set_progress_handler(step, VM_STEPS)
+    if db is not None:
+        db.set_progress_handler(step, VM_STEPS)
     sys.settrace(trace)
     try:
-        reply = handler(c, b"", msg)
+        result = call()
     finally:
         sys.settrace(None)
-        c.store.db.set_progress_handler(None, 0)
-    return counted, reply
+        if db is not None:
+            db.set_progress_handler(None, 0)
+    return count, result
+
+
+def work(c: Coordinator, handler: Callable[..., Any], msg: dict[str, Any]) -> tuple[int, Any]:
+    """(Python bytecodes run + SQLite VM steps / VM_STEPS, the reply) of one request."""
+    return counted(lambda: handler(c, b"", msg), c.store.db)
 
 
 def requests_at(n: int) -> list[tuple[str, Callable[..., Any], dict]]:
@@ -245,27 +255,16 @@ def test_a_reply_is_checked_at_a_few_bytecodes_a_value() -> None:
     12,000 jobs holds about 500,000. Level by level it runs under 32 bytecodes a value (the
     stack of (value, depth) tuples fed by a generator ran 48, and twice the time)."""
     values = [{"a": 1, "b": 2.5, "c": None, "d": "x", "e": [1, 2], "f": {"g": True}}] * 100
-    counted = 0
-
-    def trace(frame: Any, event: str, arg: Any) -> Any:
-        nonlocal counted
-        frame.f_trace_opcodes = True
-        counted += event == "opcode"
-        return trace
-
-    sys.settrace(trace)
-    try:
-        bounds.check_value("reply", values)
-    finally:
-        sys.settrace(None)
-    assert counted < 32 * (1 + 100 * 10), counted
+    count, _ = counted(lambda: bounds.check_value("reply", values))
+    assert count < 32 * (1 + 100 * 10), count
 
 
-def behind_the_running(state: Path, running: int) -> Coordinator:
+def behind_the_running(state: Path, running: int, policy: str = "tiresias-l") -> Coordinator:
     """``running`` 1-GPU jobs running on ``running // 10`` nodes of 10 GPUs, then 20 waiting
     behind them."""
     opts = Options(bind=f"ipc://{state}/c.sock", state=state, manual_clock=True,
-                   allow_root_jobs=True, snapshot_every=10**9)  # fmt: skip
+                   allow_root_jobs=True, snapshot_every=10**9,
+                   settings=Settings(policy=policy))  # fmt: skip
     c = Coordinator(opts)
     c.peer = Peer(user="alice", admin=True)
     with c.atomic():
@@ -277,12 +276,17 @@ def behind_the_running(state: Path, running: int) -> Coordinator:
     return c
 
 
-def test_a_waiting_job_deep_in_line_costs_the_same_behind_1000_running(tmp_path: Path) -> None:
+@pytest.mark.parametrize("policy", ["tiresias-l", "best-effort"])
+def test_a_waiting_job_deep_in_line_costs_the_same_behind_1000_running(
+    tmp_path: Path, policy: str
+) -> None:
     """Who is ahead of a waiting job is indexed once per decision (``AheadIndex``, kept until
     the scheduler changes), so a view of a job behind 1,000 running jobs bisects it: it
-    walked every running job ahead, at each request."""
-    small = behind_the_running(tmp_path / "small", 10)
-    large = behind_the_running(tmp_path / "large", 1000)
+    walked every running job ahead, at each request. Under a policy that does not preempt,
+    every job that holds GPUs is ahead: the policy counts them (it walked every active job
+    once a page)."""
+    small = behind_the_running(tmp_path / "small", 10, policy)
+    large = behind_the_running(tmp_path / "large", 1000, policy)
     costs, views = [], []
     for c in (small, large):
         last = c.sched.policy.waiting_order()[-1][-1]  # the last in line
@@ -292,4 +296,26 @@ def test_a_waiting_job_deep_in_line_costs_the_same_behind_1000_running(tmp_path:
         views.append(reply["job"]["pending"])
         c.store.close()
     assert [v["ahead"] for v in views] == [10, 1000]
+    assert costs[1] <= SLACK * costs[0], costs
+
+
+def test_the_first_screen_costs_the_same_behind_1000_running(tmp_path: Path) -> None:
+    """The first screen reads each queue's running count and GPUs, and its first running
+    jobs in submission order, from the policy (``Policy.holding_per_queue``): it counted
+    every running job, one by one, at each request."""
+    small = behind_the_running(tmp_path / "small", 10)
+    large = behind_the_running(tmp_path / "large", 1000)
+    costs, replies, first_running = [], [], []
+    for c in (small, large):
+        requests.queue(c, b"", {"heads": 10})  # the first view builds the ahead index
+        cost, reply = work(c, requests.queue, {"heads": 10})
+        costs.append(cost)
+        replies.append(reply)
+        running = [j.job_id for j in c.sched.jobs() if j.state is JobState.RUNNING]
+        first_running.append(running[:10])  # the jobs walked in submission order
+        c.store.close()
+    assert [r["queues"][0]["running"] for r in replies] == [10, 1000]
+    assert [r["queues"][0]["running_gpus"] for r in replies] == [10, 1000]
+    heads = [[j["job_id"] for j in r["jobs"] if j["state"] == "running"] for r in replies]
+    assert heads == first_running
     assert costs[1] <= SLACK * costs[0], costs
