@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 from coordinator.core.model import Job, JobState, Node
 from coordinator.core.placement import packlimit_of
-from coordinator.core.policy_base import Key, submission_order, thresholds_of
+from coordinator.core.policy_base import Holding, Key, submission_order, thresholds_of
 from coordinator.core.scheduler import Scheduler
 from coordinator.core.selection import Ahead, AheadIndex, Decided, Reason
 
@@ -146,8 +146,9 @@ class _Words:
         """The jobs that still hold GPUs after a preemption (a cancel's are stopping), in
         submission order: read from the jobs that hold GPUs, not from every active one."""
         if self._releasing is None:
-            holding = self.sched.policy.holding_per_queue().values()
-            stopping = (self.sched.job(k[-1]) for held in holding for k in held.order)
+            stopping = (
+                self.sched.job(k[-1]) for h in holding(self.sched).values() for k in h.order
+            )
             self._releasing = sorted(
                 (j for j in stopping if j.state is JobState.PREEMPTING and not j.cancel_requested),
                 key=submission_order,
@@ -175,8 +176,8 @@ class _Words:
         if self.walk is not None:
             return self.walk.at(key)
         if self._running is None:  # non-preemptive: every job that holds GPUs is ahead
-            holding = self.sched.policy.holding_per_queue().values()
-            self._running = Ahead(sum(h.jobs for h in holding), sum(h.gpus for h in holding))
+            held = holding(self.sched).values()
+            self._running = Ahead(sum(h.jobs for h in held), sum(h.gpus for h in held))
         return self._running
 
     def pending(self, job: Job, key: Key, reason: Reason, position: int, overall: int) -> Pending:
@@ -234,6 +235,12 @@ def _walk(sched: Scheduler, now: float, decided: Decided) -> AheadIndex:
     if steady:
         decided.ahead = (rkeys, until, index)
     return index
+
+
+def holding(sched: Scheduler) -> Mapping[int, Holding]:
+    """Queue → its jobs that hold GPUs (``Policy.index_holding``: indexed at the first call,
+    from every job the scheduler has, then as jobs are filed)."""
+    return sched.policy.index_holding(sched.jobs())
 
 
 def active_jobs(sched: Scheduler) -> list[Job]:

@@ -53,6 +53,10 @@ class Holding:
     order: list[Key] = field(default_factory=list)
 
 
+#: The states of a job that holds GPUs (a stopping job holds them until it exits).
+HOLDING = frozenset({JobState.RUNNING, JobState.PREEMPTING})
+
+
 def submission_order(job: Job) -> Key:
     """Arrival, then the id in natural order (``j9`` before ``j10``): the order jobs were
     submitted in, even when several share a clock reading."""
@@ -81,7 +85,8 @@ class Policy(ABC):
         self._running: list[Key] = []  # fixed keys of running jobs, sorted …
         self._running_gpus: list[int] = []  # … and their GPU counts, in the same order
         self._running_dyn: dict[str, Job] = {}  # running jobs whose key changes with time
-        self._holding: dict[int, Holding] = {}  # queue → its jobs that hold GPUs
+        #: queue → its jobs that hold GPUs, from the first ``index_holding`` on
+        self._holding: dict[int, Holding] | None = None
         self._holds: dict[str, tuple[int, int, Key]] = {}  # such a job → (queue, GPUs, order)
         #: running elastic jobs below their ask (``coordinator.core.elastic``): read only
         self.below: dict[str, Job] = {}
@@ -107,8 +112,8 @@ class Policy(ABC):
     def changed(self, job: Job, now: float) -> None:
         """Re-file ``job`` after any change of its state, queue or service."""
         self.remove(job)
-        if job.state in (JobState.RUNNING, JobState.PREEMPTING):  # a stopping job holds its GPUs
-            self._hold(job)
+        if self._holding is not None and job.state in HOLDING:
+            self._hold(job, self._holding)
         running = job.state is JobState.RUNNING
         if not (job.state is JobState.WAITING or (running and self.preemptive)):
             return
@@ -140,8 +145,8 @@ class Policy(ABC):
         if self.touched is not None:
             self.touched[job_id] = None
         self.below.pop(job_id, None)
-        if job_id in self._holds:
-            self._unhold(job_id)
+        if self._holding is not None and job_id in self._holds:
+            self._unhold(job_id, self._holding)
         if self._members.pop(job_id, None) is None:
             return
         k = self._filed.pop(job_id)
@@ -165,23 +170,23 @@ class Policy(ABC):
             if not counts[0]:
                 del self._per_queue[queue]
 
-    def _hold(self, job: Job) -> None:
+    def _hold(self, job: Job, holding: dict[int, Holding]) -> None:
         order = submission_order(job)
         gpus = job.gpus if job.allocation is None else job.allocation.count  # a stopping
         self._holds[job.job_id] = (job.queue, gpus, order)  # elastic job is back at its ask
-        held = self._holding.setdefault(job.queue, Holding())
+        held = holding.setdefault(job.queue, Holding())
         held.jobs += 1
         held.gpus += gpus
         bisect.insort(held.order, order)
 
-    def _unhold(self, job_id: str) -> None:
+    def _unhold(self, job_id: str, holding: dict[int, Holding]) -> None:
         queue, gpus, order = self._holds.pop(job_id)
-        held = self._holding[queue]
+        held = holding[queue]
         held.jobs -= 1
         held.gpus -= gpus
         del held.order[bisect.bisect_left(held.order, order)]
         if not held.jobs:
-            del self._holding[queue]
+            del holding[queue]
 
     def job(self, key: Key) -> Job:
         return self._members[key[-1]]
@@ -216,9 +221,15 @@ class Policy(ABC):
         pending reason counts)], kept as jobs are filed (the policy's own: never modify it)."""
         return self._per_queue
 
-    def holding_per_queue(self) -> Mapping[int, Holding]:
-        """Queue → its jobs that hold GPUs (running or being stopped), kept as jobs are filed,
-        for every policy (the policy's own: never modify it)."""
+    def index_holding(self, active: Iterable[Job]) -> Mapping[int, Holding]:
+        """Queue → its jobs that hold GPUs (running or being stopped), for every policy: read
+        from ``active`` at the first call, then kept as jobs are filed (the simulator never
+        asks, so it pays nothing). The policy's own: never modify it."""
+        if self._holding is None:
+            self._holding = {}
+            for job in active:
+                if job.state in HOLDING:
+                    self._hold(job, self._holding)
         return self._holding
 
     def waiting_order(self) -> list[Key]:

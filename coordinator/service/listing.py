@@ -13,7 +13,7 @@ from itertools import islice
 from typing import Any
 
 from coordinator import protocol
-from coordinator.core.explain import explain_jobs
+from coordinator.core.explain import explain_jobs, holding
 from coordinator.core.model import Job, JobState
 from coordinator.service import access
 from coordinator.service.records import number
@@ -144,7 +144,7 @@ def first_screen(c: Server, msg: dict[str, Any]) -> dict[str, Any]:
     if user is None:
         for q, (n, gpus) in policy.waiting_per_queue().items():
             counts[q] = {**dict.fromkeys(COUNTS, 0), "waiting": n, "waiting_gpus": gpus}
-        for q, held in policy.holding_per_queue().items():
+        for q, held in holding(c.sched).items():
             counted = counts.setdefault(q, dict.fromkeys(COUNTS, 0))
             counted["running"], counted["running_gpus"] = held.jobs, held.gpus
             running[q] = [c.sched.job(k[-1]) for k in held.order[:heads]]

@@ -10,6 +10,7 @@ import time
 from dataclasses import dataclass
 
 from coordinator.core import events
+from coordinator.core.explain import holding
 from coordinator.core.model import CoreError
 from coordinator.core.packlimit import PackLimit
 from coordinator.core.scheduler import Scheduler
@@ -122,6 +123,7 @@ def load(store: Store, opts: Options, settings: Settings, fresh: Scheduler | Non
             sched.apply(event)
         except CoreError as e:  # it failed live too, and was journaled regardless
             log.debug("replayed %s failed again: %s", kind, e)
+    holding(sched)  # the index a view of the running jobs reads, kept from here on
     records = {
         job_id: JobRecord.from_wire(job_id, rec)
         for job_id, rec in sorted(store.jobs(), key=lambda item: int(item[0][1:]))

@@ -23,7 +23,7 @@ from coordinator.core import (
     events,
     make_policy,
 )
-from coordinator.core.explain import active_jobs
+from coordinator.core.explain import active_jobs, holding
 from coordinator.core.history import _NEW, Event, Timeline, _changes, _seen
 from coordinator.core.model import JobState
 
@@ -135,7 +135,7 @@ def test_waiting_counts_per_queue_follow_every_change(policy: str, jobs: Jobs) -
 @given(st.sampled_from(POLICY_NAMES), jobs_strategy)
 def test_holding_per_queue_follows_every_change(policy: str, jobs: Jobs) -> None:
     def look(s: Scheduler, now: float) -> None:
-        held = s.policy.holding_per_queue()
+        held = holding(s)
         got = {q: (h.jobs, h.gpus, [k[-1] for k in h.order]) for q, h in held.items()}
         assert got == walked_holding(s), policy
 
@@ -170,7 +170,8 @@ def test_a_stopping_elastic_job_counts_the_gpus_it_holds() -> None:
     s.schedule(0.0)
     s.apply(events.Release("j1", 0.0))  # its runtime can resize: it runs on 4 of 2 to 8
     assert s.job("j1").gpus == 4
+    holding(s)  # indexed from here on: the cancel re-files it
     s.cancel("j1", 1.0)
     assert s.job("j1").state is JobState.PREEMPTING and s.job("j1").gpus == 8
-    held = s.policy.holding_per_queue()[0]
+    held = holding(s)[0]
     assert (held.jobs, held.gpus) == (2, 8)

@@ -1,40 +1,37 @@
 """The coordinator at the paper's scale, against a 100-job baseline, in one run (docs/service.md).
 
-Two real coordinator processes, each behind its real socket, started alike (no ``setsid``:
-both share the shell's scheduler autogroup), each with its light agents (one process of
+Three real coordinator processes, each behind its real socket, started alike (no ``setsid``:
+all share the shell's scheduler autogroup), each with its light agents (one process of
 DEALER sockets per coordinator, one per node, 8 GPUs each, speaking the agents' protocol:
-register, heartbeats, ``exited`` at once for short jobs, ``log_data`` for log fetches), and
-each agent process sends B's 1,000 nodes' heartbeats (500 a second), so both loops carry the
+register, heartbeats, ``exited`` at once for short jobs, ``log_data`` for log fetches); each
+agent process sends B's 1,000 nodes' heartbeats (500 a second), so every loop carries the
 same traffic. Each node first sends ``WARM`` heartbeats, one at a time, so that what libzmq
 keeps per connection is resident before any reading, as after 17 minutes' uptime:
 
-- A, the baseline: the same cluster (``--nodes``, 1,000 agents), 100 finished jobs, then
-  100 active ones of 1-8 GPUs (they all run: a quiet day on that cluster);
+- A, the baseline: 100 finished jobs, then 100 active ones of 1-8 GPUs (they all run);
+- F, day one on a full cluster: 100 finished, then the 2,000 jobs B fills its GPUs with;
 - B: 1,000, 10,000 and ``--finished`` (100,000) finished jobs, 1,000 at a time, its RSS
-  read after each, then ``--waiting`` (10,000) jobs waiting beside the ones that fill its
-  8,000 GPUs.
+  read after each, then the same 2,000 and ``--waiting`` (10,000) more.
 
-Both sides have the same nodes, so a ratio B/A is the cost of the jobs alone (a view that
-lists nodes costs the same on both); the issue's bound is per job count ("at most 2x what
-it costs with 100 jobs").
+With the same nodes everywhere, B/A is the cost of the jobs alone; the issue's bound is per
+job count ("at most 2x what it costs with 100 jobs"). A's jobs all run, so a page that shows
+waiting jobs, each with its reason, holds more in B than in A: B/F compares the same full
+cluster with 200 jobs in line and 100 finished against 12,000 and 100,000.
 
-Then every view is asked of A and of B in turn (A B A B, ``--pairs`` times), timed on the
+Then every view is asked of A, F and B in turn (A F B A F B, ``--pairs`` times), timed on the
 wall and in the coordinator's CPU time (/proc): listing pages (first, after a cursor, of the
 history), ``queue``'s first screen, ``status JOB`` (active, finished), ``logs``, ``nodes``,
 the dashboard's API, ``/metrics`` (each asked REPEAT times per sample), the ``tiresias
 queue`` and ``tiresias queue --json --all`` commands (run as installed: their bytecode
 cached, under ``PYTHONPYCACHEPREFIX``); report absorption (reports/s) the same way; then the
-scheduling passes of the measuring phase (p50/p99, from the
-coordinator's own histogram: bucket bounds). Last, each state's snapshot is exported in this
-process, in turn. Every number is reported with its ratio B/A; the views so far go to stderr
-after each pair (a run cut short still tells them), and ``--table`` prints them as
-docs/service.md's table.
+passes of the measuring phase (p50/p99, from the coordinator's own histogram: bucket
+bounds). Last, each state's snapshot is exported in this process, in turn. The views so far
+go to stderr after each round (a run cut short still tells them); ``--table`` prints them
+as docs/service.md's table. State directories go under ``--dir`` (default /dev/shm, so that
+the journal's fsync, the disk's cost, stays out of what is measured).
 
     python tools/bench/scale_bench.py [--nodes 1000] [--waiting 10000] [--finished 100000]
         [--pairs 5] [--dir /dev/shm] [--table]
-
-State directories go under ``--dir`` (default /dev/shm, so that the journal's fsync, the
-disk's cost, stays out of what is measured).
 """
 
 from __future__ import annotations
@@ -238,11 +235,11 @@ def timed(side: Side, what: Any, repeat: int = 1) -> tuple[float, float]:
     return (time.perf_counter() - t0) * 1e3 / repeat, (side.cpu() - cpu) * 1e3 / repeat
 
 
-def views(side: Side, finished: int, active: int, env: dict[str, str]) -> dict[str, Any]:
-    """What each view asks: the same shape of question of both sides (``env``: the
-    commands' environment)."""
+def views(side: Side, finished: int, cursor: str, env: dict[str, str]) -> dict[str, Any]:
+    """What each view asks: the same shape of question of every side (``cursor``: an active
+    job deep in its line; ``env``: the commands' environment)."""
     c = side.client
-    first, mid_active = finished + 1, f"j{finished + active // 2}"
+    first, mid_active = finished + 1, cursor
     cli = [sys.executable, "-m", "coordinator.cli", "queue", "--coordinator", side.address]
 
     def command(*args: str) -> Any:
@@ -323,27 +320,27 @@ def snapshot_ms(state: Path) -> tuple[float, float, int]:
 
 
 def summary(samples: dict[str, dict[str, list[tuple[float, float]]]]) -> dict[str, Any]:
-    """Per view and side, the median wall and CPU ms of its samples; the ratio B/A."""
+    """Per view and side, the median wall and CPU ms of its samples; the ratios B/A, B/F."""
     return {
         name: {
             k: {"wall_ms": round(statistics.median(w for w, _ in v), 2),
                 "cpu_ms": round(statistics.median(c for _, c in v), 2)}
             for k, v in by.items()
         }
-        | {"ratio": round(statistics.median(w for w, _ in by["b"])
-                          / max(statistics.median(w for w, _ in by["a"]), 1e-3), 2)}
+        | {f"b/{k}": round(statistics.median(w for w, _ in by["b"])
+                           / max(statistics.median(w for w, _ in by[k]), 1e-3), 2) for k in "af"}
         for name, by in samples.items() if "b" in by
     }  # fmt: skip
 
 
 def table(views: dict[str, Any]) -> str:
     """The views as docs/service.md's table (Markdown)."""
-    rows = ["| view | A wall ms | A CPU ms | B wall ms | B CPU ms | B/A wall |",
-            "| --- | ---: | ---: | ---: | ---: | ---: |"]  # fmt: skip
+    rows = ["| view | A wall ms | A CPU ms | F wall ms | F CPU ms | B wall ms | B CPU ms "
+            "| B/A wall | B/F wall |",
+            "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]  # fmt: skip
     for name, v in views.items():
-        a, b = v["a"], v["b"]
-        cells = [f"{x:,.1f}" for x in (a["wall_ms"], a["cpu_ms"], b["wall_ms"], b["cpu_ms"])]
-        rows.append(f"| {name} | {' | '.join(cells)} | {v['ratio']:g} |")
+        cells = [f"{v[k][m]:,.1f}" for k in ("a", "f", "b") for m in ("wall_ms", "cpu_ms")]
+        rows.append(f"| {name} | {' | '.join(cells)} | {v['b/a']:g} | {v['b/f']:g} |")
     return "\n".join(rows)
 
 
@@ -361,16 +358,21 @@ def main() -> None:
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))  # a socket per node
     root = Path(tempfile.mkdtemp(prefix="scale-bench-", dir=args.dir))
     out: dict[str, Any] = {"machine": f"{os.cpu_count()} CPUs, load {os.getloadavg()[0]:.1f}"}
-    a = b = None
+    a = f = b = None
     try:
-        beats = args.nodes / HEARTBEAT  # B's nodes' heartbeats, into both
+        beats = args.nodes / HEARTBEAT  # B's nodes' heartbeats, into every side
         a = Side("a", root, args.nodes, beats)
+        f = Side("f", root, args.nodes, beats)
         b = Side("b", root, args.nodes, beats)
         rng = random.Random(1)
         t0 = time.perf_counter()
         finish(a, 100)
         a.submit([("long.py", rng.randint(1, GPUS)) for _ in range(100)])
-        out["rss_mib"] = {"a": round(a.rss_mib(), 1)}
+        fill = args.nodes * GPUS // 4  # 1-8 GPUs, mean 4.5: these and more fill the GPUs
+        sizes = [("long.py", rng.randint(1, GPUS)) for _ in range(args.waiting + fill)]
+        finish(f, 100)
+        f.submit(sizes[:fill])
+        out["rss_mib"] = {"a": round(a.rss_mib(), 1), "f": round(f.rss_mib(), 1)}
         done = 0
         for target in sorted({min(1000, args.finished), min(10000, args.finished), args.finished}):
             finish(b, target - done)
@@ -380,43 +382,50 @@ def main() -> None:
         rss = out["rss_mib"]
         grown = rss[f"b after {done} finished"] - rss[f"b after {first} finished"]
         out["rss_kib_per_finished_job"] = round(grown * 1024 / max(done - first, 1), 3)
-        fill = args.nodes * GPUS // 4  # 1-8 GPUs, mean 4.5: these and more fill the GPUs
-        b.submit([("long.py", rng.randint(1, GPUS)) for _ in range(args.waiting + fill)])
+        b.submit(sizes)
         out["fill_s"] = round(time.perf_counter() - t0, 1)
-        out["a"], out["b"] = a.settle(), b.settle()
+        out["a"], out["f"], out["b"] = a.settle(), f.settle(), b.settle()
         out["rss_mib"]["b with its active jobs"] = round(b.rss_mib(), 1)
-        sides = {"a": (a, 100, 100), "b": (b, args.finished, args.waiting + fill)}
+        # the cursor: half-way down B's line; 100 jobs before F's last (its line); in A's
+        # middle (it has no line)
+        sides = {"a": (a, 100, 100, "j150"), "f": (f, 100, fill, f"j{100 + max(fill - 100, 0)}"),
+                 "b": (b, args.finished, args.waiting + fill,
+                       f"j{args.finished + (args.waiting + fill) // 2}")}  # fmt: skip
         env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
         env["PYTHONPYCACHEPREFIX"] = str(root / "pycache")  # compiled once, as installed
-        asked = {k: views(s, f, n, env) for k, (s, f, n) in sides.items()}
+        asked = {k: views(s, done, cursor, env) for k, (s, done, _, cursor) in sides.items()}
+        pages = {k: s.client.request("queue", limit=100, after=c)["jobs"]
+                 for k, (s, *_, c) in sides.items()}  # fmt: skip
+        out["waiting after the cursor"] = {k: [j["state"] for j in p].count("waiting")
+                                           for k, p in pages.items()}  # fmt: skip
         asked["a"]["tiresias queue (command)"]()  # the first compiles
         samples: dict[str, dict[str, list[tuple[float, float]]]] = {}
-        passes = {k: pass_buckets(s) for k, (s, _, _) in sides.items()}
+        passes = {k: pass_buckets(s) for k, (s, *_) in sides.items()}
         for _ in range(args.pairs):
             for name in asked["a"]:
                 n = 1 if "command" in name else REPEAT
-                for k, (s, _, _) in sides.items():
+                for k, (s, *_) in sides.items():
                     sample = timed(s, asked[k][name], n)
                     samples.setdefault(name, {}).setdefault(k, []).append(sample)
-            for k, (s, f, _) in sides.items():
+            for k, (s, done, *_) in sides.items():
                 samples.setdefault("20,000 reports", {}).setdefault(k, []).append(
-                    timed(s, lambda s=s, f=f: reports(s, f"j{f + 1}"))
+                    timed(s, lambda s=s, done=done: reports(s, f"j{done + 1}"))
                 )
             print(json.dumps(summary(samples)), file=sys.stderr, flush=True)  # so far
         out["views"] = summary(samples)
         listing = out["views"]["tiresias queue --json --all (command)"]
         out["queue --json --all, ms per active job"] = {
-            k: round(listing[k]["wall_ms"] / n, 3) for k, (_, _, n) in sides.items()
+            k: round(listing[k]["wall_ms"] / n, 3) for k, (_, _, n, _) in sides.items()
         }
-        for k, (s, _, _) in sides.items():
+        for k, (s, *_) in sides.items():
             out.setdefault("passes", {})[k] = quantiles(passes[k], pass_buckets(s))
         rep = out["views"]["20,000 reports"]
-        out["reports_per_s"] = {k: round(20000 / (rep[k]["wall_ms"] / 1e3)) for k in ("a", "b")}
+        out["reports_per_s"] = {k: round(20000 / (rep[k]["wall_ms"] / 1e3)) for k in sides}
     finally:
-        for s in (a, b):
+        for s in (a, f, b):
             if s is not None:
                 s.close()
-    snaps: dict[str, list[tuple[float, float, int]]] = {"a": [], "b": []}
+    snaps: dict[str, list[tuple[float, float, int]]] = {"a": [], "f": [], "b": []}
     for _ in range(args.pairs):
         for k in snaps:
             snaps[k].append(snapshot_ms(root / k))
