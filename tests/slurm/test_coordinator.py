@@ -146,7 +146,16 @@ def test_node_failure_resumes_from_the_last_checkpoint(
         wait_until(lambda: old not in slurm.jobs(), 60, "Slurm to end the old job")
         wait_until(lambda: len(slurm_times(slurm, key)) == 2, 60, "the replacement's Slurm job")
         resumed = "start at step 10 (restart 1"  # from the last checkpoint
-        wait_until(lambda: resumed in cluster.logs(job), 60, "the resumed run")
+        try:
+            wait_until(lambda: resumed in cluster.logs(job), 120, "the resumed run")
+        except AssertionError as e:  # once seen in CI on a loaded machine: say what Slurm says
+            [*_, (new, *_)] = slurm_times(slurm, key)
+            said = slurm.run("scontrol", "-o", "show", "job", new, check=False)
+            log = (slurm.root / "log" / "slurmctld.log").read_text(errors="replace")
+            told = [line for line in log.splitlines() if f"JobId={new} " in line][-20:]
+            raise AssertionError(
+                f"{e}; Slurm: {said}; sinfo: {slurm.states()}; " + "\n".join(told)
+            ) from None
         assert node not in slurm.run("squeue", "-h", "-t", "R", "-o", "%N")
     finally:
         slurm.revive_node(node, frozen)
